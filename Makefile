@@ -1,0 +1,45 @@
+# DistributeTrain — the two commands a person needs: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help test lint typecheck unit integration e2e bench bench-quick demo system-deps venv clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+system-deps:  ## Debian packages the local cluster and the e2e tests need (openssh-server, iproute2, cmake)
+	@bash scripts/install-system-deps.sh
+
+$(STAMP): requirements.txt requirements-dev.txt requirements-train.txt constraints.txt pyproject.toml scripts/install-horovod.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -c constraints.txt -r requirements.txt -r requirements-dev.txt -r requirements-train.txt
+	bash scripts/install-horovod.sh $(VENV)
+	$(VENV)/bin/pip install -q --no-deps -e .
+	@touch $@
+
+venv: system-deps $(STAMP)  ## create or reuse the virtual environment with every pinned dependency
+
+lint: venv  ## ruff, the import layering contracts, hadolint
+	$(VENV)/bin/ruff check src tests bench base-image manager-image scripts
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint base-image/Dockerfile manager-image/Dockerfile
+
+typecheck: venv  ## mypy --strict over the package
+	$(VENV)/bin/mypy
+
+test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e)
+	$(PY) -m pytest tests
+
+bench: venv  ## every benchmark; results in bench/results/, report in docs/benchmarks.md
+	$(PY) -m bench.run
+
+bench-quick: venv  ## a smoke run of the benchmarks
+	$(PY) -m bench.run --quick
+
+demo: venv  ## the main job on a local cluster with nodes of 5, 3 and 2 GPUs
+	bash scripts/demo.sh
+
+clean:  ## remove the virtual environment and caches
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,68 @@
+"""Every name, label, annotation key, mount path and default of the objects a job creates."""
+
+from __future__ import annotations
+
+import re
+
+MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "distributetrain"
+JOB_LABEL = "distributetrain.io/job"
+ROLE_LABEL = "distributetrain.io/role"
+ROLE_WORKER = "worker"
+ROLE_CHIEF = "chief"
+ROLE_MANAGER = "manager"
+ROLE_SSH = "ssh"
+ROLE_HOSTFILE = "hostfile"
+ROLE_NETWORK = "network"
+# which planned GPU share a pod carries, for re-reading a job's plan from its pods
+GPUS_ANNOTATION = "distributetrain.io/gpus"
+
+DEFAULT_RESOURCE = "nvidia.com/gpu"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_SSH_PORT = 2222
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+# inside every job pod
+SSH_MOUNT_PATH = "/etc/distributetrain/ssh"      # the Secret: id_ed25519, id_ed25519.pub, authorized_keys
+HOSTFILE_MOUNT_PATH = "/etc/distributetrain/hostfile"  # the ConfigMap: the workers' `IP slots=N` lines
+HOSTFILE_KEY = "hostfile"
+SSH_PRIVATE_KEY = "id_ed25519"
+SSH_PUBLIC_KEY = "id_ed25519.pub"
+SSH_AUTHORIZED_KEYS = "authorized_keys"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+JOB_NAME_MAX = 40  # leaves room for "-worker-NNNN" within the 63-character label limit
+
+
+def is_dns1123_label(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def chief_name(job: str) -> str:
+    return f"{job}-chief"
+
+
+def ssh_secret_name(job: str) -> str:
+    return f"{job}-ssh"
+
+
+def hostfile_configmap_name(job: str) -> str:
+    return f"{job}-hostfile"
+
+
+def network_policy_name(job: str) -> str:
+    return f"{job}-network"
+
+
+def job_labels(job: str, role: str) -> dict[str, str]:
+    """The labels every object of a job carries; cleanup selects on the first two only."""
+    return {MANAGED_BY_KEY: MANAGED_BY, JOB_LABEL: job, ROLE_LABEL: role}
+
+
+def job_selector(job: str) -> str:
+    """The label selector of every object a job owns."""
+    return f"{MANAGED_BY_KEY}={MANAGED_BY},{JOB_LABEL}={job}"
