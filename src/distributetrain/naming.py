@@ -66,3 +66,26 @@ def job_labels(job: str, role: str) -> dict[str, str]:
 def job_selector(job: str) -> str:
     """The label selector of every object a job owns."""
     return f"{MANAGED_BY_KEY}={MANAGED_BY},{JOB_LABEL}={job}"
+
+
+
+# The base image (base-image/Dockerfile): where its files live and what its entrypoint's modes are called.
+# manifests.py builds pods against these; tests/unit/test_launcher.py checks the two agree.
+ENTRYPOINT_PATH = "/usr/local/bin/distributetrain-entrypoint"
+IMAGE_HOME = "/opt/distributetrain"
+TRAIN_SCRIPT_PATH = "/opt/distributetrain/Train.py"
+ENTRYPOINT_WORKER = "worker"      # sshd -D -e, key-only, the job key from the Secret
+ENTRYPOINT_LAUNCHER = "launcher"  # python -m distributetrain.launcher [-- COMMAND...]
+
+# What the entrypoint and the chief's launcher read from their environment (the job's pods set these).
+ENV_SSH_DIR = "DT_SSH_DIR"          # the mounted Secret; default SSH_MOUNT_PATH
+ENV_SSH_PORT = "DT_SSH_PORT"        # sshd's port in workers, horovodrun -p in the chief
+ENV_POD_IP = "DT_POD_IP"            # chief: downward API fieldRef status.podIP
+ENV_SLOTS = "DT_SLOTS"              # chief: its own GPU share = its Horovod processes
+ENV_NUM_PROCESSES = "DT_NUM_PROCESSES"  # chief: the job's processes in total, checked against the hostfile
+ENV_TRANSPORT = "DT_TRANSPORT"      # chief: gloo (default) or mpi
+ENV_NETWORK_INTERFACE = "DT_NETWORK_INTERFACE"
+ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"   # chief: seconds (or 90s, 2m) to wait for every worker's sshd
+ENV_START_TIMEOUT = "DT_START_TIMEOUT"  # chief: horovodrun --start-timeout
+ENV_HOSTFILE = "DT_HOSTFILE"        # chief: default HOSTFILE_MOUNT_PATH/HOSTFILE_KEY
+ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it

@@ -1,9 +1,187 @@
-"""Placeholder: commands of this module are registered by `register`."""
+"""`distributetrain local up|status|down`: a local Kubernetes cluster in the background, for trying jobs.
+
+`up` starts `python -m distributetrain.localcluster serve` in its own session, waits until /readyz answers
+over HTTPS (verified with the cluster's CA), and prints the kubeconfig path. `down` stops that process by the
+PID it recorded (checking the PID is still ours) and removes what `up` wrote.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
 import click
+
+from distributetrain.errors import DistributeTrainError, InvalidInput
+
+DEFAULT_DIR = Path(".local-cluster")
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+_MARK = "distributetrain.localcluster"
+
+
+def _read_pid(directory: Path) -> int | None:
+    try:
+        pid = int((directory / "pid").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    # a recycled PID belongs to someone else: only ever signal our own server
+    return pid if _MARK.encode() in cmdline and b"serve" in cmdline else None
+
+
+def _ready(directory: Path) -> str | None:
+    """The server URL when /readyz answers ok over verified HTTPS, else None."""
+    try:
+        url = (directory / "url").read_text().strip()
+        context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+        with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:
+            return url if response.status == 200 else None
+    except (OSError, urllib.error.URLError, ssl.SSLError):
+        return None
+
+
+def _parse_nodes(text: str) -> list[int]:
+    try:
+        nodes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidInput(f"--nodes {text!r}: expected GPU counts per node, like 5,3,2") from None
+    if not nodes or any(n < 0 for n in nodes):
+        raise InvalidInput(f"--nodes {text!r}: expected at least one node, each with 0 or more GPUs")
+    return nodes
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+@click.group("local")
+def local() -> None:
+    """A local Kubernetes API server with simulated or process-backed GPU nodes."""
+
+
+@local.command("up")
+@click.option("--nodes", default="5,3,2", show_default=True, help="GPUs per node, one entry per node.")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True,
+              help="Where the kubeconfig, CA, PID and log go.")
+@click.option("--runtime", type=click.Choice(["process", "sim"]), default="sim", show_default=True,
+              help="Run pods as real processes, or simulate them.")
+@click.option("--no-gpu-taint", is_flag=True, help="Do not taint GPU nodes with nvidia.com/gpu:NoSchedule.")
+@click.option("--port", type=int, default=0, help="API server port (default: any free port).")
+def up(nodes: str, directory: Path, runtime: str, no_gpu_taint: bool, port: int) -> None:
+    """Start the local cluster in the background and print its kubeconfig."""
+    counts = _parse_nodes(nodes)
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is not None and _ready(directory):
+        click.echo(f"a local cluster is already running (pid {pid}); kubeconfig: {directory / 'kubeconfig'}")
+        click.echo(f"export KUBECONFIG={directory / 'kubeconfig'}")
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in ("url", "pid", "kubeconfig"):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / stale).unlink()
+    command = [sys.executable, "-m", _MARK, "serve", "--dir", str(directory), "--nodes",
+               ",".join(map(str, counts)), "--runtime", runtime, "--port", str(port)]
+    if no_gpu_taint:
+        command.append("--no-gpu-taint")
+    log = directory / "server.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + START_TIMEOUT
+    url = None
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise DistributeTrainError(f"the local cluster exited with code {process.returncode} while starting; "
+                                       f"last lines of {log}:\n{_tail(log)}")
+        url = _ready(directory) if (directory / "kubeconfig").exists() else None
+        if url:
+            break
+        time.sleep(0.2)
+    if not url:
+        process.terminate()
+        raise DistributeTrainError(f"the local cluster did not answer /readyz within {START_TIMEOUT:.0f} s; "
+                                   f"see {log}")
+    kubeconfig = directory / "kubeconfig"
+    click.echo(f"local cluster up: {len(counts)} node(s) with {nodes} GPUs, API {url}, runtime {runtime} "
+               f"(pid {process.pid})")
+    click.echo(f"kubeconfig: {kubeconfig}")
+    click.echo(f"export KUBECONFIG={kubeconfig}")
+
+
+@local.command("status")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
+def status(directory: Path) -> None:
+    """Whether the local cluster in DIR runs and answers; exits 1 when it does not."""
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is None:
+        click.echo(f"no local cluster running in {directory}")
+        sys.exit(1)
+    url = _ready(directory)
+    click.echo(f"local cluster running (pid {pid}), API {url or '(not answering)'}, "
+               f"kubeconfig {directory / 'kubeconfig'}")
+    if not url:
+        sys.exit(1)
+
+
+@local.command("down")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
+def down(directory: Path) -> None:
+    """Stop the local cluster in DIR (every pod it runs) and remove what `up` wrote."""
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            click.echo(f"the local cluster (pid {pid}) did not stop within {STOP_TIMEOUT:.0f} s; killed it",
+                       err=True)
+            for _ in range(50):
+                if not _alive(pid):
+                    break
+                time.sleep(0.1)
+        click.echo(f"local cluster stopped (pid {pid})")
+    else:
+        click.echo(f"no local cluster running in {directory}")
+    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log"):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (its parent, `up`, has exited)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def register(group: click.Group) -> None:
-    """Add this module's commands to the `distributetrain` group."""
+    """Add the `local` command group to the `distributetrain` group."""
+    group.add_command(local)

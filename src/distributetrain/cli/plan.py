@@ -1,9 +1,221 @@
-"""Placeholder: commands of this module are registered by `register`."""
+"""`distributetrain inventory` and `plan`: see the free GPUs and preview a placement, creating nothing."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any
+
 import click
+
+from distributetrain import inventory as inv
+from distributetrain.errors import CannotPlace, InvalidInput
+from distributetrain.naming import DEFAULT_RESOURCE
+from distributetrain.planner import POLICIES, InsufficientGpus, Plan, plan
+from distributetrain.quantity import parse_count
+
+_EXCLUDED_SHOWN = 10
+
+_CLUSTER_HELP = ("A file of nodes and pods, as `kubectl get nodes,pods -A -o json` writes it (a v1 List), "
+                 "or NodeList/PodList files, JSON or YAML. Repeat for several files. "
+                 "Without it: the live cluster.")
+
+
+def _cluster_options(command: Any) -> Any:
+    """The options shared by both commands: where the cluster comes from and who a worker is."""
+    options = [
+        click.option("--cluster", "cluster_files", multiple=True, metavar="FILE", help=_CLUSTER_HELP),
+        click.option("--resource", default=DEFAULT_RESOURCE, show_default=True, metavar="R",
+                     help="The extended resource a worker requests "
+                          "(e.g. amd.com/gpu, nvidia.com/mig-1g.10gb)."),
+        click.option("--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
+                     help="A taint workers tolerate, besides `nvidia.com/gpu` and R (any value, any effect). "
+                          "Without =VALUE any value matches; `*` tolerates every taint. Repeatable."),
+        click.option("--node-selector", "node_selectors", multiple=True, metavar="KEY=VALUE",
+                     help="Only nodes with this label value are eligible. Repeatable (all must match)."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+        click.option("--kubeconfig", metavar="FILE", envvar="KUBECONFIG",
+                     help="Kubeconfig of the live cluster; inside a pod the in-cluster config is used."),
+        click.option("--context", metavar="NAME", help="The kubeconfig context to use."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], list[Any]]:
+    try:
+        # imported here: files, --free and --help must work without loading the kubernetes client
+        from distributetrain import k8s
+    except ImportError as err:
+        raise InvalidInput(f"cannot read the live cluster ({err}); pass --cluster FILE instead, written "
+                           "with: kubectl get nodes,pods -A -o json > cluster.json") from None
+    nodes, pods = k8s.list_nodes_and_pods(kubeconfig=kubeconfig, context=context)
+    return nodes, pods
+
+
+def _rows(cluster_files: Sequence[str], resource: str, tolerations: Sequence[str],
+          node_selectors: Sequence[str], kubeconfig: str | None,
+          context: str | None) -> tuple[inv.NodeGpus, ...]:
+    extra = [inv.parse_toleration(text) for text in tolerations]
+    selector = inv.parse_node_selector(node_selectors)
+    if cluster_files:
+        nodes, pods = inv.read_cluster_files(paths=cluster_files)
+    else:
+        nodes, pods = _read_live(kubeconfig, context)
+    return inv.inventory(nodes, pods, resource=resource,
+                         tolerations=[*inv.default_tolerations(resource), *extra], node_selector=selector)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in header], *[["" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _excluded_text(rows: Sequence[inv.NodeGpus]) -> str:
+    excluded = [row for row in rows if not row.eligible]
+    if not excluded:
+        return "No node was excluded."
+    held = sum(row.free for row in excluded)
+    lines = [f"Excluded {len(excluded)} of {len(rows)} node(s), with {held} GPU(s) free on them:"]
+    lines += [f"  {row.node} ({row.free} free): {row.reason}" for row in excluded[:_EXCLUDED_SHOWN]]
+    if len(excluded) > _EXCLUDED_SHOWN:
+        lines.append(f"  ... and {len(excluded) - _EXCLUDED_SHOWN} more (see `distributetrain inventory`)")
+    return "\n".join(lines)
+
+
+@click.command("inventory", epilog="""\b
+Examples:
+  distributetrain inventory                                  # the live cluster
+  kubectl get nodes,pods -A -o json > cluster.json
+  distributetrain inventory --cluster cluster.json --json
+  distributetrain inventory --cluster nodes.yaml --cluster pods.yaml \\
+      --toleration dedicated=ml:NoSchedule --node-selector gpu-type=a100
+""")
+@_cluster_options
+def inventory_command(cluster_files: tuple[str, ...], resource: str, tolerations: tuple[str, ...],
+                      node_selectors: tuple[str, ...], as_json: bool, kubeconfig: str | None,
+                      context: str | None) -> None:
+    """Free GPUs per node, and why a node cannot take a worker.
+
+    FREE is ALLOCATABLE minus what pods bound to the node request (pods that have not finished, including
+    Pending ones already bound), never below 0. A node is not ELIGIBLE when it is not Ready, is cordoned, has
+    a NoSchedule/NoExecute taint the workers do not tolerate, or does not match --node-selector.
+    """
+    rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context)
+    if as_json:
+        click.echo(json.dumps([row.to_json() for row in rows], indent=2))
+        return
+    click.echo(_table(["NODE", "ALLOCATABLE", "REQUESTED", "FREE", "ELIGIBLE", "REASON"],
+                      [(r.node, r.allocatable, r.requested, r.free, "yes" if r.eligible else "no", r.reason)
+                       for r in rows]))
+    free = inv.free_gpus(rows)
+    largest = min(free.items(), key=lambda item: (-item[1], item[0]), default=None)
+    where = f" (largest: {largest[0]} with {largest[1]})" if largest else ""
+    total = sum(free.values())
+    click.echo(f"\n{len(free)} of {len(rows)} node(s) eligible; {total} {resource} free on them{where}.")
+
+
+def _parse_free(items: Sequence[str]) -> dict[str, int]:
+    free: dict[str, int] = {}
+    for item in items:
+        for part in item.split(","):
+            name, equals, count = part.strip().partition("=")
+            if not equals or not name.strip():
+                raise InvalidInput(f"--free {item!r}: {part.strip()!r} is not NODE=COUNT "
+                                   "(e.g. --free a=5,b=3,c=2)")
+            if name.strip() in free:
+                raise InvalidInput(f"--free: node {name.strip()} is given twice")
+            free[name.strip()] = parse_count(count.strip(), what=f"--free {name.strip()}")
+    return free
+
+
+def _plan_json(result: Plan, resource: str, topology_key: str | None) -> dict[str, Any]:
+    roles = ["worker"] * len(result.workers) + ["chief"]
+    return {
+        "requested": result.requested,
+        "resource": resource,
+        "policy": result.policy,
+        "nodes_spanned": result.nodes_spanned,
+        "topology_key": topology_key,
+        "domains": list(result.domains),
+        "allocation": [{"node": e.node, "gpus": e.gpus, "role": role}
+                       for e, role in zip(result.allocation, roles, strict=True)],
+        "free_after": dict(sorted(result.free_after.items())),
+    }
+
+
+def _plan_text(result: Plan, resource: str) -> str:
+    roles = ["worker"] * len(result.workers) + ["chief"]
+    title = f"Plan for {result.requested} {resource} (policy {result.policy}): {result.nodes_spanned} node(s)"
+    if result.domains:
+        title += f" in {len(result.domains)} domain(s): {', '.join(result.domains)}"
+    lines = [title,
+             _table(["ROLE", "NODE", "GPUS", "FREE AFTER"],
+                    [(role, e.node, e.gpus, result.free_after[e.node])
+                     for e, role in zip(result.allocation, roles, strict=True)])]
+    blocks = sorted(result.free_after.values(), reverse=True)
+    shown = ", ".join(map(str, blocks[:8])) + (", ..." if len(blocks) > 8 else "")
+    lines.append(f"Free blocks left on eligible nodes, largest first: {shown or 'none'}")
+    return "\n".join(lines)
+
+
+@click.command("plan", epilog="""\b
+Examples:
+  distributetrain plan --gpus 6 --free a=5,b=3,c=2         # -> a:5 (worker) + c:1 (chief)
+  distributetrain plan --gpus 8 --free a=7,b=4,c=4,d=4 --policy largest-first
+  distributetrain plan --gpus 16 --cluster cluster.json --topology-key topology.kubernetes.io/zone --json
+\b
+Policies:
+  optimal        fewest topology domains, then fewest nodes, then the biggest free blocks left (default)
+  largest-first  the original design: take the largest free counts first, the last one partially
+""")
+@click.option("--gpus", required=True, type=click.IntRange(min=1), metavar="N",
+              help="GPUs to place (N >= 1).")
+@click.option("--free", "free_items", multiple=True, metavar="NODE=COUNT,...",
+              help="Free GPUs per eligible node, instead of reading a cluster (e.g. a=5,b=3,c=2).")
+@click.option("--topology-key", metavar="LABEL",
+              help="Keep the job in the fewest domains of this node label first (e.g. a rack label).")
+@click.option("--policy", type=click.Choice(list(POLICIES)), default="optimal", show_default=True,
+              help="How to split the request.")
+@_cluster_options
+def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | None, policy: str,
+                 cluster_files: tuple[str, ...], resource: str, tolerations: tuple[str, ...],
+                 node_selectors: tuple[str, ...], as_json: bool, kubeconfig: str | None,
+                 context: str | None) -> None:
+    """Preview where N GPUs would go: one worker pod per node, the smallest share being the chief.
+
+    Nothing is created. Exit code 3 when the request does not fit the free GPUs of the eligible nodes.
+    """
+    rows: tuple[inv.NodeGpus, ...] = ()
+    topology = None
+    if free_items:
+        if cluster_files or tolerations or node_selectors or topology_key:
+            raise InvalidInput("--free gives the free GPUs directly: it cannot be combined with --cluster, "
+                               "--toleration, --node-selector or --topology-key")
+        free = _parse_free(free_items)
+    else:
+        rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context)
+        free = inv.free_gpus(rows)
+        if topology_key:
+            topology = inv.topology(rows, topology_key)
+            if free and not topology:
+                raise InvalidInput(f"--topology-key {topology_key}: no eligible node has this label; check "
+                                   "the name with: kubectl get nodes --show-labels")
+    try:
+        result = plan(free, gpus, topology=topology, policy=policy)
+    except InsufficientGpus as err:
+        detail = f"\n{_excluded_text(rows)}" if rows else ""
+        raise CannotPlace(f"{err}.{detail}") from err
+    if as_json:
+        click.echo(json.dumps(_plan_json(result, resource, topology_key), indent=2))
+    else:
+        click.echo(_plan_text(result, resource))
 
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `distributetrain` group."""
+    group.add_command(inventory_command)
+    group.add_command(plan_command)

@@ -1,0 +1,168 @@
+"""Horovod data-parallel Keras training: the script every DistributeTrain job runs by default.
+
+Run by the chief's launcher as `horovodrun -np N ... python3 Train.py [options]`; every one of the N processes
+runs this file, each on its own shard of the data and (on a GPU cluster) its own GPU. To train your own model,
+edit the three blocks marked `EDIT` below (data, model, loss/metrics); the Horovod parts around them are what
+makes it distributed and rarely need changes. Self-contained on purpose: it needs TensorFlow 2.15 (Keras 2),
+Horovod and NumPy, plus scikit-learn only for the default dataset, not the distributetrain package.
+
+Output contract (tests and `make demo` read these lines):
+  rank 0:     `epoch=E loss=... accuracy=... val_loss=... val_accuracy=...` after every epoch
+  rank 0:     `final_accuracy=0.9xxx` on the held-out split, at the end
+  every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the job log readable: no oneDNN/CPU banners
+
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+
+SEED = 1234
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=int(os.environ.get("DT_EPOCHS", "20")))
+    parser.add_argument("--batch-size", type=int, default=32,
+                        help="per process; the global batch is N times it")
+    parser.add_argument("--lr", type=float, default=0.001, help="for one process; scaled by hvd.size()")
+    parser.add_argument("--data", default=os.environ.get("DT_DATA"),
+                        help="an .npz file with arrays x and y (default: scikit-learn's bundled digits)")
+    parser.add_argument("--output-dir", default=os.environ.get("DT_OUTPUT_DIR"),
+                        help="checkpoints and TensorBoard logs, written by rank 0 only "
+                             "(default: $DT_MOUNT_PATH/output when a shared volume is mounted, else none)")
+    parser.add_argument("--validation-split", type=float, default=0.2)
+    args = parser.parse_args()
+    if args.output_dir is None and os.environ.get("DT_MOUNT_PATH"):
+        args.output_dir = os.path.join(os.environ["DT_MOUNT_PATH"], "output")
+    return args
+
+
+# ---- EDIT 1: your data ------------------------------------------------------------------------------------
+def load_data(path: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """All examples as float32 features and integer labels. Every rank loads the same arrays, then keeps its
+    own shard (see `shard`); for data too big for that, read only this rank's files instead."""
+    if path:
+        with np.load(path) as data:
+            x, y = data["x"], data["y"]
+    else:
+        from sklearn.datasets import load_digits  # bundled with scikit-learn: works offline
+
+        digits = load_digits()
+        x, y = digits.data / 16.0, digits.target  # 1,797 8x8 images of handwritten digits, 10 classes
+    return x.reshape(len(x), -1).astype("float32"), y.astype("int64")
+
+
+# ---- EDIT 2: your model -----------------------------------------------------------------------------------
+def build_model(num_features: int, num_classes: int) -> tf.keras.Model:
+    return tf.keras.Sequential([
+        tf.keras.layers.Input(shape=(num_features,)),
+        tf.keras.layers.Dense(128, activation="relu"),
+        tf.keras.layers.Dense(64, activation="relu"),
+        tf.keras.layers.Dense(num_classes, activation="softmax"),
+    ])
+
+
+# ---- EDIT 3: loss, metrics and the optimizer for one process -----------------------------------------------
+LOSS = "sparse_categorical_crossentropy"
+METRICS = ["accuracy"]
+
+
+def make_optimizer(lr: float) -> tf.keras.optimizers.Optimizer:
+    return tf.keras.optimizers.Adam(learning_rate=lr)
+
+
+# ---- Horovod plumbing (usually unchanged) ---------------------------------------------------------------
+def split(x: np.ndarray, y: np.ndarray, fraction: float) -> tuple[np.ndarray, ...]:
+    """The same shuffled train/validation split on every rank (fixed seed)."""
+    order = np.random.default_rng(SEED).permutation(len(x))
+    cut = int(len(x) * (1 - fraction))
+    return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
+
+
+def shard(x: np.ndarray, y: np.ndarray, rank: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """This rank's slice. Every rank gets the same number of examples (the remainder is dropped): with unequal
+    shards ranks would run different numbers of steps and the allreduce of the last ones would hang."""
+    usable = len(x) // size * size
+    return x[:usable][rank::size], y[:usable][rank::size]
+
+
+def weights_sha256(model: tf.keras.Model) -> str:
+    digest = hashlib.sha256()
+    for w in model.get_weights():
+        digest.update(np.ascontiguousarray(w).tobytes())
+    return digest.hexdigest()
+
+
+class EpochLog(tf.keras.callbacks.Callback):
+    """One parseable line per epoch from rank 0; after MetricAverageCallback, so these are all-rank means."""
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        print(f"epoch={epoch + 1} {fields}", flush=True)
+
+
+def main() -> int:
+    args = parse_args()
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+
+    # One GPU per process: the local rank picks it. On the CPU this finds no GPU and does nothing.
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    tf.keras.utils.set_random_seed(SEED + rank)  # different per rank; rank 0's weights are broadcast anyway
+
+    x, y = load_data(args.data)
+    x_train, y_train, x_val, y_val = split(x, y, args.validation_split)
+    x_mine, y_mine = shard(x_train, y_train, rank, size)
+    num_classes = int(y.max()) + 1
+    if rank == 0:
+        print(f"horovod size={size} train={len(x_train)} per_rank={len(x_mine)} val={len(x_val)} "
+              f"classes={num_classes} epochs={args.epochs} batch_size={args.batch_size} "
+              f"lr={args.lr * size:g}", flush=True)
+
+    model = build_model(x.shape[1], num_classes)
+    # Scale the learning rate with the number of processes: the global batch is size times larger.
+    optimizer = hvd.DistributedOptimizer(make_optimizer(args.lr * size))
+    model.compile(loss=LOSS, optimizer=optimizer, metrics=METRICS)
+
+    callbacks: list[tf.keras.callbacks.Callback] = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # every rank starts from rank 0's weights
+        hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
+    ]
+    if rank == 0:
+        callbacks.append(EpochLog())
+        if args.output_dir:  # only rank 0 writes, so ranks never race on the shared volume
+            os.makedirs(args.output_dir, exist_ok=True)
+            callbacks += [
+                tf.keras.callbacks.ModelCheckpoint(
+                    os.path.join(args.output_dir, "checkpoint-{epoch:03d}.keras")),
+                tf.keras.callbacks.TensorBoard(log_dir=os.path.join(args.output_dir, "tensorboard")),
+            ]
+
+    model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks,
+              validation_data=(x_val, y_val), verbose=0)
+
+    _, accuracy = model.evaluate(x_val, y_val, batch_size=256, verbose=0)
+    if rank == 0:
+        print(f"final_accuracy={accuracy:.4f}", flush=True)
+        if args.output_dir:
+            model.save(os.path.join(args.output_dir, "model.keras"))
+    print(f"rank={rank} size={size} weights_sha256={weights_sha256(model)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

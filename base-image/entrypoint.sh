@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# DistributeTrain base-image entrypoint: `worker` runs sshd for the chief's horovodrun, `launcher` runs the
+# chief's launcher. Anything else is executed as given (e.g. `bash` to debug an image).
+#
+# The job's key pair comes per job from a Secret mounted read-only; nothing secret is in the image. The mount is
+# root-owned with group/world-readable files, which ssh and sshd refuse, so the files are copied to a private
+# directory with the running user's ownership: the directory 0700, the files 0600.
+#
+# Every path can be overridden (the local cluster runs this file as a plain process, with a sandbox $HOME):
+#   DT_SSH_DIR             the mounted Secret                  [/etc/distributetrain/ssh]
+#   DT_SSH_INSTALL_DIR     where the key is installed          [$HOME/.ssh]
+#   DT_STATE_DIR           host keys and sshd pid file         [/run/distributetrain as root, else $HOME/.distributetrain]
+#   DT_SSHD_CONFIG         the fixed sshd settings             [sshd_config beside this script, else
+#                                                              /opt/distributetrain/sshd_config]
+#   DT_SSHD_BIN            sshd (an absolute path)             [/usr/sbin/sshd]
+#   DT_SSH_PORT            the port sshd listens on            [2222]
+#   DT_SSHD_LISTEN_ADDRESS one address to listen on            [all]
+#   DT_SSHD_STRICT_MODES   sshd StrictModes                    [yes]; `no` only when the key directory must
+#                          live under a world-writable parent such as /tmp
+#   DT_PYTHON              the Python with distributetrain     [python3]
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+user=$(id -un)
+home=${HOME:-$(getent passwd "$user" | cut -d: -f6)}
+secret_dir=${DT_SSH_DIR:-/etc/distributetrain/ssh}
+ssh_dir=${DT_SSH_INSTALL_DIR:-$home/.ssh}
+if [ "$(id -u)" -eq 0 ]; then default_state=/run/distributetrain; else default_state=$home/.distributetrain; fi
+state_dir=${DT_STATE_DIR:-$default_state}
+port=${DT_SSH_PORT:-2222}
+
+log() { echo "entrypoint: $*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+# Copy one file out of the read-only mount: the user owns it (cp creates it so), mode set before any content.
+install_file() {
+    local src=$1 dst=$2
+    [ -s "$src" ] || die "$src is missing or empty: is the job's Secret mounted at $secret_dir?"
+    rm -f "$dst"
+    (umask 077 && cp "$src" "$dst")
+    chmod 0600 "$dst"
+}
+
+install_keys() {  # $1: worker (authorized_keys only) or launcher (also the private key)
+    umask 077
+    mkdir -p "$ssh_dir"
+    chmod 0700 "$ssh_dir"
+    if [ -s "$secret_dir/authorized_keys" ]; then
+        install_file "$secret_dir/authorized_keys" "$ssh_dir/authorized_keys"
+    else
+        install_file "$secret_dir/id_ed25519.pub" "$ssh_dir/authorized_keys"
+    fi
+    if [ "$1" = launcher ]; then
+        install_file "$secret_dir/id_ed25519" "$ssh_dir/id_ed25519"
+        export DT_SSH_IDENTITY="$ssh_dir/id_ed25519"
+    fi
+}
+
+worker() {
+    install_keys worker
+    mkdir -p "$state_dir"
+    chmod 0700 "$state_dir"
+    # Host keys are made at start, never shipped in the image: each pod has its own.
+    local host_key=$state_dir/ssh_host_ed25519_key
+    [ -s "$host_key" ] || ssh-keygen -q -t ed25519 -N '' -C "$user@$(hostname)" -f "$host_key"
+    if [ "$(id -u)" -eq 0 ]; then
+        # sshd as root insists on its compiled-in privilege-separation directory; /run is a tmpfs, so make it
+        # on every start.
+        mkdir -p /run/sshd 2>/dev/null || [ -d /run/sshd ] || die "cannot create /run/sshd"
+    fi
+    local config=${DT_SSHD_CONFIG:-$here/sshd_config}
+    [ -e "$config" ] || config=/opt/distributetrain/sshd_config
+    local args=(
+        -D -e -f "$config" -p "$port"
+        -o "HostKey=$host_key"
+        -o "AuthorizedKeysFile=$ssh_dir/authorized_keys"
+        -o "AllowUsers=$user"
+        -o "StrictModes=${DT_SSHD_STRICT_MODES:-yes}"
+        -o "PidFile=$state_dir/sshd.pid"
+    )
+    [ -z "${DT_SSHD_LISTEN_ADDRESS:-}" ] || args+=(-o "ListenAddress=$DT_SSHD_LISTEN_ADDRESS")
+    log "sshd for user $user on port $port, key-only (authorized_keys: $ssh_dir/authorized_keys)"
+    exec "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}"
+}
+
+launcher() {
+    install_keys launcher
+    exec "${DT_PYTHON:-python3}" -m distributetrain.launcher "$@"
+}
+
+mode=${1:-worker}
+[ $# -eq 0 ] || shift
+case "$mode" in
+    worker) worker ;;
+    launcher) launcher "$@" ;;
+    *) exec "$mode" "$@" ;;
+esac

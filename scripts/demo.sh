@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make demo`: the main job, for real, on the embedded local cluster.
+# Nodes of 5, 3 and 2 GPUs; `kubectl apply` of rbac/ and the manager manifest (6 GPUs); the manager's log
+# followed to the end (inventory, plan, pods, training epoch by epoch, final accuracy); then the pods left
+# (workers gone, chief kept); the cluster stopped. Exits with the manager's exit code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+export PATH="$PWD/$VENV/bin:$PATH"
+DIR=${DEMO_DIR:-$(mktemp -d /tmp/distributetrain-demo.XXXXXX)}
+KUBECTL=(kubectl --kubeconfig "$DIR/kubeconfig" --cache-dir "$DIR/kubectl-cache")
+started=$EPOCHREALTIME
+elapsed() { awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+cleanup() { distributetrain local down --dir "$DIR" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+step() { printf '\n\033[1m== %s\033[0m (t=%ss)\n' "$*" "$(elapsed)"; }
+
+step "starting a local cluster: nodes of 5, 3 and 2 GPUs"
+distributetrain local up --nodes 5,3,2 --runtime process --dir "$DIR"
+"${KUBECTL[@]}" get nodes -o wide
+
+step "kubectl apply -f rbac/"
+"${KUBECTL[@]}" apply -f rbac/
+
+step "kubectl apply -f manifests/DistributeTrain_Manager.yaml   (6 GPUs)"
+"${KUBECTL[@]}" apply -f manifests/DistributeTrain_Manager.yaml
+"${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Running pod/distributetrain-manager --timeout=120s \
+  || "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Succeeded pod/distributetrain-manager --timeout=5s
+
+step "kubectl logs -f distributetrain-manager"
+"${KUBECTL[@]}" logs -f distributetrain-manager
+
+phase=$("${KUBECTL[@]}" get pod distributetrain-manager -o jsonpath='{.status.phase}')
+code=$("${KUBECTL[@]}" get pod distributetrain-manager \
+  -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
+step "the manager ended: phase $phase, exit code ${code:-?}; the pods left (workers gone, chief kept):"
+"${KUBECTL[@]}" get pods -o wide
+
+step "stopping the local cluster"
+cleanup
+trap - EXIT
+echo "demo wall time: $(elapsed) s"
+exit "${code:-1}"

@@ -1,0 +1,194 @@
+"""A job's request, `JobSpec`: every field typed, documented and validated before anything is created.
+
+Sources, highest precedence first: command-line arguments, environment variables (the names below, which
+`manifests/DistributeTrain_Manager.yaml` sets), defaults. Every problem is collected and reported at once,
+each naming its field and the variable that would set it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
+
+from distributetrain import naming
+from distributetrain.errors import InvalidInput
+from distributetrain.inputs import (
+    PULL_POLICIES,
+    TRANSPORTS,
+    Parser,
+    optional,
+    parse_bool,
+    parse_choice,
+    parse_command,
+    parse_duration,
+    parse_gpus,
+    parse_image,
+    parse_int_range,
+    parse_interface,
+    parse_job_name,
+    parse_label_key,
+    parse_mount_path,
+    parse_namespace,
+    parse_node_selector,
+    parse_positive_duration,
+    parse_resource,
+    parse_subdomain_name,
+    parse_tolerations,
+)
+from distributetrain.inventory import Toleration, default_tolerations
+from distributetrain.planner import POLICIES
+
+__all__ = ["JobSpec", "ManagerIdentity", "Toleration", "env_name"]
+
+PLACEMENT_POLICIES = tuple(POLICIES)
+# What the chief runs when no command is given: the base image's Horovod training script.
+DEFAULT_COMMAND = ("python3", "/opt/distributetrain/Train.py")
+DEFAULT_MOUNT_PATH = "/workspace"
+
+# Environment variables: one per field, `DT_` + the field name in capitals.
+ENV_PREFIX = "DT_"
+# The manager pod learns its own identity from the downward API (manifests/DistributeTrain_Manager.yaml).
+ENV_MANAGER_POD_NAME = "DT_MANAGER_POD_NAME"
+ENV_MANAGER_POD_UID = "DT_MANAGER_POD_UID"
+ENV_MANAGER_NAMESPACE = "DT_MANAGER_NAMESPACE"
+
+
+@dataclass(frozen=True)
+class ManagerIdentity:
+    """The manager pod, when running in a cluster: every object the job creates is owned by it."""
+
+    name: str
+    uid: str
+    namespace: str | None = None
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> ManagerIdentity | None:
+        name, uid = env.get(ENV_MANAGER_POD_NAME, ""), env.get(ENV_MANAGER_POD_UID, "")
+        if not name or not uid:
+            return None
+        return ManagerIdentity(name=name, uid=uid, namespace=env.get(ENV_MANAGER_NAMESPACE) or None)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job's request. Durations are in seconds."""
+
+    gpus: int
+    """How many GPUs (= Horovod processes) in total, over every pod. Env DT_GPUS. Required."""
+    image: str
+    """The base training image of every job pod (sshd in workers, the launcher in the chief). Env DT_IMAGE."""
+    job_name: str = "distributetrain"
+    """Names and labels every object of the job; a manager restarted with the same name adopts or cleans up
+    the old objects. Lower-case DNS label of at most naming.JOB_NAME_MAX characters. Env DT_JOB_NAME."""
+    namespace: str = naming.DEFAULT_NAMESPACE
+    """Where the job's pods, Secret, ConfigMap and NetworkPolicy live. Env DT_NAMESPACE."""
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    """What horovodrun starts on every rank. Env DT_COMMAND: a shell-quoted string or a JSON list."""
+    resource: str = naming.DEFAULT_RESOURCE
+    """The extended resource counted as GPUs (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb...).
+    Env DT_RESOURCE."""
+    tolerations: tuple[Toleration, ...] = ()
+    """Extra tolerations for job pods, besides those of the resource's own taint (the ones the
+    ExtendedResourceToleration admission plugin would add). Env DT_TOLERATIONS: comma-separated
+    KEY[=VALUE][:EFFECT], `*` for every taint, or a JSON list of tolerations."""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    """Only nodes with all these labels are used. Env DT_NODE_SELECTOR: KEY=VALUE,KEY=VALUE."""
+    topology_key: str | None = None
+    """A node label (e.g. topology.kubernetes.io/zone): every pod of the job lands in one domain of it.
+    Env DT_TOPOLOGY_KEY."""
+    placement_policy: str = "optimal"
+    """The planner's policy (see docs/planner.md). Env DT_PLACEMENT_POLICY."""
+    ssh_port: int = naming.DEFAULT_SSH_PORT
+    """The port the workers' sshd listens on and the chief connects to. Env DT_SSH_PORT."""
+    schedule_timeout: float = 300.0
+    """How long the gang of workers may take to be Running and Ready before it is deleted and re-planned.
+    Env DT_SCHEDULE_TIMEOUT (e.g. 300, 90s, 5m)."""
+    retries: int = 3
+    """How many times a gang that missed the schedule timeout is re-planned and re-created. Env DT_RETRIES."""
+    backoff: float = 10.0
+    """Wait before the first retry; doubles on each further retry. Env DT_BACKOFF."""
+    ssh_timeout: float = 120.0
+    """How long the launcher in the chief waits for every worker's sshd to accept the job key.
+    Env DT_SSH_TIMEOUT."""
+    active_deadline: float | None = None
+    """Wall-clock limit of the whole job, from the manager's start; None: no limit. Env DT_ACTIVE_DEADLINE."""
+    wait_for_gpus: float = 0.0
+    """When the request does not fit the free GPUs, wait up to this long for room (creating nothing while
+    waiting) instead of failing at once. Env DT_WAIT_FOR_GPUS."""
+    keep_chief: bool = True
+    """Keep the ended chief pod so its log survives. Env DT_KEEP_CHIEF (true/false)."""
+    volume_claim: str | None = None
+    """A PersistentVolumeClaim mounted in every job pod (Train.py and data). Env DT_VOLUME_CLAIM."""
+    mount_path: str = DEFAULT_MOUNT_PATH
+    """Where the claim is mounted. Env DT_MOUNT_PATH."""
+    network_interface: str | None = None
+    """The interface Horovod uses between pods (e.g. eth0); None: Horovod picks. Env DT_NETWORK_INTERFACE."""
+    transport: str = "gloo"
+    """Horovod's controller: gloo or mpi. Env DT_TRANSPORT."""
+    network_policy: bool = True
+    """Create a NetworkPolicy that admits traffic to job pods only from job pods. Env DT_NETWORK_POLICY."""
+    service_account: str | None = None
+    """The ServiceAccount of job pods; None: the namespace default, with no API token mounted.
+    Env DT_SERVICE_ACCOUNT."""
+    image_pull_policy: str | None = None
+    """Always, IfNotPresent or Never; None: Kubernetes' default for the tag. Env DT_IMAGE_PULL_POLICY."""
+    @property
+    def node_selector_dict(self) -> dict[str, str]:
+        return dict(self.node_selector)
+
+    def all_tolerations(self) -> tuple[Toleration, ...]:
+        """What job pods tolerate: the GPU resource's own taints (inventory.default_tolerations), then the
+        user's."""
+        own = default_tolerations(self.resource)
+        return (*own, *[t for t in self.tolerations if t not in own])
+
+    @staticmethod
+    def from_sources(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
+        """Build and validate a JobSpec; raise InvalidInput listing every bad field."""
+        return _build(args, env)
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+_PARSERS: dict[str, Parser] = {
+    "gpus": parse_gpus, "image": parse_image, "job_name": parse_job_name, "namespace": parse_namespace,
+    "command": parse_command, "resource": parse_resource, "tolerations": parse_tolerations,
+    "node_selector": parse_node_selector, "topology_key": optional(parse_label_key),
+    "placement_policy": parse_choice(PLACEMENT_POLICIES), "ssh_port": parse_int_range(1, 65535),
+    "schedule_timeout": parse_positive_duration, "retries": parse_int_range(0, 100),
+    "backoff": parse_duration,
+    "ssh_timeout": parse_duration, "active_deadline": optional(parse_positive_duration),
+    "wait_for_gpus": parse_duration,
+    "keep_chief": parse_bool, "volume_claim": optional(parse_subdomain_name), "mount_path": parse_mount_path,
+    "network_interface": optional(parse_interface), "transport": parse_choice(TRANSPORTS),
+    "network_policy": parse_bool, "service_account": optional(parse_subdomain_name),
+    "image_pull_policy": optional(parse_choice(PULL_POLICIES)),
+}
+
+
+def _build(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for spec_field in fields(JobSpec):
+        name, var = spec_field.name, env_name(spec_field.name)
+        raw = args.get(name)
+        where = f"--{name.replace('_', '-')}"
+        if raw is None and var in env:
+            raw, where = env[var], f"{var}"
+        if raw is None:
+            if spec_field.default is MISSING:
+                problems.append(f"{name}: required; give --{name.replace('_', '-')} or set {var}")
+            continue
+        try:
+            values[name] = _PARSERS[name](raw)
+        except ValueError as err:
+            problems.append(f"{name} ({where}): {err}")
+    if values.get("volume_claim") is None and "mount_path" in values and (
+            args.get("mount_path") is not None or env_name("mount_path") in env):
+        problems.append("mount_path: given without volume_claim; set --volume-claim to the claim to mount")
+    if problems:
+        raise InvalidInput("invalid request, nothing was created:\n  " + "\n  ".join(problems))
+    return JobSpec(**values)

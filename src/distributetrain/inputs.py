@@ -1,0 +1,291 @@
+"""Parsers of a job request's fields, used by config.
+
+Each takes a raw value (an argument or an environment string) and returns the typed value, or raises
+ValueError saying what is wrong and what a good value looks like."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from distributetrain import naming
+from distributetrain.errors import InvalidInput
+from distributetrain.inventory import EFFECTS as TAINT_EFFECTS
+from distributetrain.inventory import Toleration, parse_toleration
+from distributetrain.inventory import parse_node_selector as _inventory_node_selector
+
+# The largest GPU clusters in service hold about 100,000 GPUs; a request above that is a typo, not a plan.
+MAX_GPUS = 100_000
+TRANSPORTS = ("gloo", "mpi")
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+Parser = Callable[[Any], Any]
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from 300, "300", "90s", "5m", "1h30m"."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"{value!r} is not a duration (examples: 300, 90s, 5m, 1h30m)") from None
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        raise ValueError(f"{value!r} is not a non-negative duration")
+    return seconds
+
+
+def parse_positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: must be more than 0 seconds")
+    return seconds
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{value!r} is not true or false")
+
+
+def parse_command(value: Any) -> tuple[str, ...]:
+    if isinstance(value, list | tuple):
+        words = [str(w) for w in value]
+    else:
+        text = str(value).strip()
+        if text.startswith("["):
+            try:
+                loaded = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{value!r} is not a JSON list: {err}") from None
+            if not isinstance(loaded, list) or not all(isinstance(w, str) for w in loaded):
+                raise ValueError(f"{value!r} must be a JSON list of strings")
+            words = loaded
+        else:
+            try:
+                words = shlex.split(text)
+            except ValueError as err:
+                raise ValueError(f"{value!r} cannot be split into words: {err}") from None
+    if not words or not words[0].strip():
+        raise ValueError("is empty; give the program to run on every rank, e.g. python3 /workspace/Train.py")
+    return tuple(words)
+
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# The distribution reference grammar (docker/distribution reference/regexp.go), anchored.
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_IMAGE_DOMAIN = rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)"
+_IMAGE = re.compile(rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*"
+                    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+
+
+def is_subdomain(value: str) -> bool:
+    return 0 < len(value) <= 253 and bool(_SUBDOMAIN.match(value))
+
+
+def check_qualified_name(value: str, *, prefix_required: bool = False) -> None:
+    """A label key or resource name: [PREFIX/]NAME, PREFIX a DNS subdomain, NAME at most 63 characters."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_subdomain(prefix):
+        raise ValueError(f"{value!r}: prefix {prefix!r} is not a lower-case DNS subdomain")
+    if prefix_required and not slash:
+        raise ValueError(f"{value!r} needs a domain prefix, like nvidia.com/gpu")
+    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
+        raise ValueError(f"{value!r}: name {name!r} must be 1-63 characters of [A-Za-z0-9-_.], "
+                         "starting and ending with a letter or digit")
+
+
+def check_label_value(value: str) -> None:
+    if value and not (len(value) <= 63 and _NAME_PART.match(value)):
+        raise ValueError(f"label value {value!r} must be at most 63 characters of [A-Za-z0-9-_.], "
+                         "starting and ending with a letter or digit")
+
+
+def parse_gpus(value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not re.fullmatch(r"\+?\d+", text):
+        raise ValueError(f"{value!r} is not a whole number of GPUs")
+    count = int(text)
+    if count < 1:
+        raise ValueError(f"{value!r}: at least 1 GPU is needed")
+    if count > MAX_GPUS:
+        raise ValueError(f"{count} is beyond the sane cap of {MAX_GPUS} GPUs (more than the largest clusters "
+                         "hold); check for a typo")
+    return count
+
+
+def parse_int_range(low: int, high: int) -> Parser:
+    def parse(value: Any) -> int:
+        text = str(value).strip()
+        if isinstance(value, bool) or not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(f"{value!r} is not a whole number")
+        number = int(text)
+        if not low <= number <= high:
+            raise ValueError(f"{number} is outside {low}..{high}")
+        return number
+    return parse
+
+
+def parse_job_name(value: Any) -> str:
+    text = str(value)
+    if not naming.is_dns1123_label(text) or len(text) > naming.JOB_NAME_MAX:
+        raise ValueError(f"{text!r} must be lower-case letters, digits and '-', starting and ending with a "
+                         f"letter or digit, at most {naming.JOB_NAME_MAX} characters (e.g. resnet-6gpu)")
+    return text
+
+
+def parse_namespace(value: Any) -> str:
+    text = str(value)
+    if not naming.is_dns1123_label(text):
+        raise ValueError(f"{text!r} is not a namespace name (lower-case DNS label, at most 63 characters)")
+    return text
+
+
+def parse_subdomain_name(value: Any) -> str:
+    text = str(value)
+    if not is_subdomain(text):
+        raise ValueError(f"{text!r} is not a valid object name (lower-case DNS subdomain)")
+    return text
+
+
+def parse_image(value: Any) -> str:
+    text = str(value).strip()
+    if not text or len(text) > 4096 or not _IMAGE.match(text):
+        raise ValueError(f"{value!r} is not an image reference like registry.example.com/team/train:1.0 "
+                         "(repository lower-case, optional :tag and @sha256:digest)")
+    return text
+
+
+def parse_resource(value: Any) -> str:
+    text = str(value).strip()
+    check_qualified_name(text, prefix_required=True)
+    domain = text.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io") or text.startswith("requests."):
+        raise ValueError(f"{text!r} is a native resource name, not an extended resource like nvidia.com/gpu")
+    return text
+
+
+def _toleration_from_dict(item: Any) -> Toleration:
+    if not isinstance(item, dict) or set(item) - {"key", "operator", "value", "effect"}:
+        raise ValueError(f"{item!r} must be an object with key, operator, value, effect")
+    operator = item.get("operator", "Equal")
+    key, value = str(item.get("key") or ""), str(item.get("value") or "")
+    effect = str(item.get("effect") or "")
+    if operator not in ("Equal", "Exists"):
+        raise ValueError(f"{item!r}: operator must be Equal or Exists")
+    if effect and effect not in TAINT_EFFECTS:
+        raise ValueError(f"{item!r}: effect {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+    if not key and operator != "Exists":
+        raise ValueError(f"{item!r}: an empty key needs operator Exists")
+    if operator == "Exists" and value:
+        raise ValueError(f"{item!r}: operator Exists takes no value")
+    return Toleration(key=key, operator=operator, value=value, effect=effect)
+
+
+def _check_toleration(toleration: Toleration) -> Toleration:
+    if toleration.key:
+        check_qualified_name(toleration.key)
+    check_label_value(toleration.value)
+    return toleration
+
+
+def parse_tolerations(value: Any) -> tuple[Toleration, ...]:
+    """Comma-separated KEY[=VALUE][:EFFECT] (inventory.TOLERATION_SYNTAX), or a JSON list of tolerations."""
+    if isinstance(value, list | tuple):
+        items: list[Any] = list(value)
+    else:
+        text = str(value).strip()
+        if text.startswith(("[", "{")):
+            try:
+                loaded = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{value!r} is not valid JSON: {err}") from None
+            items = loaded if isinstance(loaded, list) else [loaded]
+        else:
+            items = [part for part in text.split(",") if part.strip()]
+    out: list[Toleration] = []
+    for item in items:
+        if isinstance(item, Toleration):
+            out.append(_check_toleration(item))
+        elif isinstance(item, dict):
+            out.append(_check_toleration(_toleration_from_dict(item)))
+        else:
+            try:
+                out.append(_check_toleration(parse_toleration(str(item))))
+            except InvalidInput as err:
+                raise ValueError(str(err)) from None
+    return tuple(out)
+
+
+def parse_node_selector(value: Any) -> tuple[tuple[str, str], ...]:
+    """KEY=VALUE,KEY=VALUE (all must match), or a mapping."""
+    if isinstance(value, Mapping):
+        pairs = {str(k): str(v) for k, v in value.items()}
+    else:
+        items = [str(i) for i in value] if isinstance(value, list | tuple) else [str(value)]
+        try:
+            pairs = _inventory_node_selector([i for i in items if i.strip()])
+        except InvalidInput as err:
+            raise ValueError(str(err)) from None
+    for key, val in pairs.items():
+        check_qualified_name(key)
+        check_label_value(val)
+    return tuple(sorted(pairs.items()))
+
+
+def parse_label_key(value: Any) -> str:
+    text = str(value).strip()
+    check_qualified_name(text)
+    return text
+
+
+def parse_choice(choices: tuple[str, ...]) -> Parser:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def parse_mount_path(value: Any) -> str:
+    text = str(value)
+    if not text.startswith("/") or ":" in text or ".." in text.split("/") or len(text) > 4096:
+        raise ValueError(f"{text!r} must be an absolute path without ':' or '..'")
+    return text
+
+
+def parse_interface(value: Any) -> str:
+    text = str(value).strip()
+    if not _IFNAME.match(text):
+        raise ValueError(f"{text!r} is not a network interface name like eth0")
+    return text
+
+
+def optional(parse: Parser) -> Parser:
+    def wrapped(value: Any) -> Any:
+        return None if value is None or str(value).strip() == "" else parse(value)
+    return wrapped
+
+

@@ -1,0 +1,475 @@
+"""The HTTP face of the local API server: paths, authentication, authorization, verbs and Status answers.
+
+One catch-all aiohttp route parses the path the way the real server's router does
+(`/api/v1/namespaces/NS/pods/NAME/log`, `/apis/GROUP/VERSION/...`), so unknown paths, groups and resources all
+get the real 404 Status instead of aiohttp's HTML. Objects are read from and written to the Store; everything
+that happens after a write (scheduling, kubelets, garbage collection, graceful deletion) is the controllers'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from distributetrain.localcluster import defaults, openapi, registry, tables
+from distributetrain.localcluster import status as st
+from distributetrain.localcluster.access import Access, Attributes
+from distributetrain.localcluster.admission import validate
+from distributetrain.localcluster.auth import UserInfo
+from distributetrain.localcluster.bodies import (
+    PROTOBUF,
+    decode_body,
+    decode_protobuf,
+    patch_object,
+    read_limited,
+)
+from distributetrain.localcluster.listing import ListQuery, list_response, parse_list_query, serve_watch
+from distributetrain.localcluster.registry import Resource
+from distributetrain.localcluster.store import AlreadyExists, Conflict, NotFound, Store
+
+if TYPE_CHECKING:
+    from distributetrain.localcluster.controllers import Controllers
+    from distributetrain.localcluster.faults import Faults
+    from distributetrain.localcluster.subresources import Subresources
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+SERVER_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-distributetrain", "gitCommit": "local",
+                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
+                  "compiler": "gc", "platform": "linux/amd64"}
+_PUBLIC = frozenset({"/healthz", "/readyz", "/livez", "/version", "/version/"})
+_AGGREGATED = "as=APIGroupDiscoveryList"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed resource path."""
+
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool  # the legacy /api/v1/watch/... form
+
+
+def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def raw_response(raw: bytes, *, status: int = 200) -> web.Response:
+    return web.Response(body=raw, status=status, content_type="application/json")
+
+
+def status_response(error: st.ApiStatus) -> web.Response:
+    return json_response(error.body(), status=error.code, headers=error.headers or None)
+
+
+def parse_target(path: str) -> Target | None:
+    """None when the path names no resource this server knows (a 404)."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) < 3:
+        return None
+    if parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not registry.group_known(group, version):
+        return None
+    watch_path = bool(rest) and rest[0] == "watch"
+    if watch_path:
+        rest = rest[1:]
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        inner = registry.lookup(group, version, rest[2])
+        if inner is not None and inner.namespaced:
+            namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        return None
+    resource = registry.lookup(group, version, rest[0])
+    if resource is None or (resource.namespaced and namespace is None and len(rest) > 1):
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if sub is not None and sub not in resource.subresources:
+        return None
+    return Target(resource, namespace, name, sub, watch_path)
+
+
+def verb_of(method: str, target: Target, query: dict[str, str]) -> str:
+    watching = target.watch_path or query.get("watch") in ("true", "1")
+    if method in ("GET", "HEAD"):
+        if target.name is None:
+            return "watch" if watching else "list"
+        return "watch" if watching else "get"
+    if method == "POST":
+        return "create"
+    if method == "PUT":
+        return "update"
+    if method == "PATCH":
+        return "patch"
+    if method == "DELETE":
+        return "delete" if target.name is not None else "deletecollection"
+    raise st.method_not_allowed()
+
+
+class ApiServer:
+    def __init__(self, *, store: Store, access: Access, controllers: Controllers, subresources: Subresources,
+                 faults: Faults, server_address: str, bookmark_interval: float = 5.0) -> None:
+        self.store = store
+        self.access = access
+        self.controllers = controllers
+        self.subresources = subresources
+        self.faults = faults
+        self.server_address = server_address
+        self.bookmark_interval = bookmark_interval
+        self.ready = True
+        self.requests = 0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY + 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        try:
+            return await self._handle(request)
+        except st.ApiStatus as error:
+            return status_response(error)
+        except web.HTTPRequestEntityTooLarge:
+            return status_response(st.too_large(MAX_BODY))
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as error:  # the server must answer, whatever a request does to it
+            log.exception("internal error on %s %s", request.method, request.path)
+            return status_response(st.internal(f"{type(error).__name__}: {error}"))
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path in ("/healthz", "/livez", "/readyz") or path.startswith(("/healthz/", "/livez/", "/readyz/")):
+            if path.startswith("/readyz") and not self.ready:
+                return web.Response(text="[-]ready failed\nreadyz check failed", status=500)
+            return web.Response(text="ok", content_type="text/plain")
+        if path.rstrip("/") == "/version":
+            return json_response(SERVER_VERSION)
+        user = self.access.authenticate(request.headers)
+        user = self.access.impersonate(user, request.headers)
+        query = dict(request.query)
+        target = parse_target(path)
+        if target is None:
+            return self._non_resource(request, user)
+        verb = verb_of(request.method, target, query)
+        attrs = Attributes(verb=verb, group=target.resource.group, resource=target.resource.plural,
+                           subresource=target.subresource or "", namespace=target.namespace or "",
+                           name=target.name or "")
+        if target.subresource == "log" or (target.subresource and request.method == "GET"):
+            attrs = Attributes(verb="get", group=attrs.group, resource=attrs.resource,
+                               subresource=attrs.subresource, namespace=attrs.namespace, name=attrs.name)
+        if target.subresource in ("binding", "eviction", "token"):
+            attrs = Attributes(verb="create", group=attrs.group, resource=attrs.resource,
+                               subresource=attrs.subresource, namespace=attrs.namespace, name=attrs.name)
+        self.faults.check(verb, target.resource.plural, target.subresource, target.namespace, target.name)
+        self.access.authorize(user, attrs)
+        if verb not in target.resource.verbs and target.subresource is None:
+            raise st.method_not_allowed()
+        if target.subresource is not None and target.subresource not in ("status",):
+            return await self.subresources.handle(request, target, user, self)
+        handler: dict[str, Callable[[web.Request, Target, UserInfo], Awaitable[web.StreamResponse]]] = {
+            "get": self._get, "list": self._list, "watch": self._watch, "create": self._create,
+            "update": self._update, "patch": self._patch, "delete": self._delete,
+            "deletecollection": self._delete_collection}
+        return await handler[verb](request, target, user)
+
+    # ---- non-resource paths ---------------------------------------------------------------------------------
+    def _non_resource(self, request: web.Request, user: UserInfo) -> web.Response:
+        path = request.path.rstrip("/") or "/"
+        if request.method not in ("GET", "HEAD"):
+            raise st.no_such_path() if not path.startswith(("/api", "/apis")) else st.method_not_allowed()
+        self.access.authorize_path(user, path, "get")
+        aggregated = _AGGREGATED in request.headers.get("Accept", "")
+        if path == "/api":
+            if aggregated:
+                return _aggregated(registry.aggregated_discovery(legacy=True))
+            return json_response(registry.api_versions(self.server_address))
+        if path == "/apis":
+            if aggregated:
+                return _aggregated(registry.aggregated_discovery(legacy=False))
+            return json_response(registry.api_group_list())
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            doc = openapi.lookup(path)
+            if doc is None:
+                raise st.no_such_path()
+            return json_response(doc)
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) == 2 and parts[1] == "v1":
+            return json_response(registry.resource_list("", "v1"))
+        if parts[0] == "apis" and len(parts) == 2 and parts[1] in registry.GROUP_VERSIONS:
+            return json_response(registry.api_group(parts[1]))
+        if parts[0] == "apis" and len(parts) == 3 and registry.group_known(parts[1], parts[2]):
+            return json_response(registry.resource_list(parts[1], parts[2]))
+        if path in ("/", "/paths"):
+            return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz",
+                                            "/version", *sorted(f"/apis/{g}/{v}" for g, v in
+                                                                registry.GROUP_VERSIONS.items() if g)]})
+        raise st.no_such_path()
+
+    # ---- reading --------------------------------------------------------------------------------------------
+    def current(self, target: Target) -> Obj:
+        assert target.name is not None
+        obj = self.store.get(target.resource.key, target.namespace, target.name)
+        if obj is None:
+            raise st.not_found(target.resource.plural, target.name, target.resource.group)
+        return obj
+
+    async def _get(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        assert target.name is not None
+        entry = self.store.entry(target.resource.key, target.namespace, target.name)
+        if entry is None:
+            raise st.not_found(target.resource.plural, target.name, target.resource.group)
+        if tables.wants_table(request.headers.get("Accept", "")):
+            return json_response(tables.table(target.resource, [entry.obj], self.store.resource_version,
+                                              include_object=request.query.get("includeObject", "Metadata")))
+        return raw_response(entry.raw)
+
+    def _namespace_exists(self, target: Target) -> None:
+        if target.namespace is not None and self.store.get("namespaces", None, target.namespace) is None:
+            raise st.not_found("namespaces", target.namespace)
+
+    async def _list(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        query = parse_list_query(target.resource, request.query)
+        if tables.wants_table(request.headers.get("Accept", "")):
+            items, meta = self._select(target, query)
+            doc = tables.table(target.resource, items, self.store.resource_version,
+                               include_object=request.query.get("includeObject", "Metadata"))
+            doc["metadata"].update(meta)
+            return json_response(doc)
+        return raw_response(list_response(self.store, target.resource, target.namespace, query))
+
+    def _select(self, target: Target, query: ListQuery) -> tuple[list[Obj], dict[str, Any]]:
+        body = orjson.loads(list_response(self.store, target.resource, target.namespace, query))
+        return body["items"], {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+
+    async def _watch(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        query = parse_list_query(target.resource, request.query)
+        return await serve_watch(request, self.store, target.resource, target.namespace, query,
+                                 bookmark_interval=self.bookmark_interval)
+
+    # ---- writing --------------------------------------------------------------------------------------------
+    async def read_object(self, request: web.Request, target: Target, *, kind: str | None = None,
+                          api_version: str | None = None) -> Obj:
+        obj = await decode_body(request, MAX_BODY)
+        if not isinstance(obj, dict):
+            raise st.bad_request("the object provided is unrecognized: expected a JSON object")
+        want_kind = kind or target.resource.kind
+        want_version = api_version or target.resource.api_version
+        if obj.get("kind") not in (None, "", want_kind):
+            raise st.bad_request(f"the object provided is unrecognized (must be of type {want_kind}): "
+                                 f"kind {obj.get('kind')!r} is not {want_kind!r}")
+        if obj.get("apiVersion") not in (None, "", want_version):
+            raise st.bad_request(f"the API version in the data ({obj.get('apiVersion')}) does not match the "
+                                 f"expected API version ({want_version})")
+        obj["kind"], obj["apiVersion"] = want_kind, want_version
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise st.bad_request("metadata: expected an object")
+        if target.resource.namespaced and kind is None:
+            if meta.get("namespace") not in (None, "", target.namespace):
+                raise st.bad_request("the namespace of the provided object does not match the namespace sent "
+                                     "on the request")
+            meta["namespace"] = target.namespace
+        elif kind is None:
+            meta.pop("namespace", None)
+        return obj
+
+    async def _create(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        r = target.resource
+        if target.name is not None:
+            raise st.method_not_allowed()
+        if not r.stored:
+            return await self.subresources.review(request, target, user, self)
+        obj = await self.read_object(request, target)
+        self._namespace_exists(target)
+        if target.namespace and self.controllers.namespace_terminating(target.namespace):
+            raise st.forbidden(f'{r.plural} "{obj["metadata"].get("name", "")}" is forbidden: unable to create '
+                               f"new content in namespace {target.namespace} because it is being terminated",
+                               resource=r.plural, name=obj["metadata"].get("name"), group=r.group)
+        for server_field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "selfLink"):
+            obj["metadata"].pop(server_field, None)
+        if r.key == "pods":
+            obj.pop("status", None)
+        defaults.apply(r.key, obj)
+        name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        validate(r, obj, None)
+        if not obj["metadata"].get("name") and not obj["metadata"].get("generateName"):
+            raise st.invalid(r.kind, "", [{"reason": "FieldValueRequired", "message": "name or generateName "
+                                           "is required", "field": "metadata.name"}], r.group)
+        self.controllers.admit_create(r, obj, user)
+        if request.query.get("dryRun") == "All":
+            if self.store.get(r.key, target.namespace, obj["metadata"].get("name", "")) is not None:
+                raise st.already_exists(r.plural, name, r.group)
+            return json_response(obj, status=201)
+        try:
+            created = self.store.create(r.key, obj)
+        except AlreadyExists:
+            raise st.already_exists(r.plural, name, r.group) from None
+        return json_response(created, status=201)
+
+    def _keep_server_fields(self, r: Resource, obj: Obj, current: Obj, *, subresource: str | None) -> None:
+        """What a writer may not change through this endpoint stays as stored."""
+        meta, cur_meta = obj["metadata"], current["metadata"]
+        for server_field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            if server_field in cur_meta:
+                meta[server_field] = cur_meta[server_field]
+            else:
+                meta.pop(server_field, None)
+        if "status" in r.subresources:
+            if subresource == "status":
+                # a status write changes the status only
+                for key in list(obj):
+                    if key not in ("status", "metadata", "kind", "apiVersion"):
+                        obj.pop(key)
+                for key, value in current.items():
+                    if key not in ("status", "metadata"):
+                        obj[key] = copy.deepcopy(value)
+                for key in ("labels", "annotations", "ownerReferences", "finalizers"):
+                    if key in cur_meta:
+                        meta[key] = copy.deepcopy(cur_meta[key])
+                    else:
+                        meta.pop(key, None)
+            elif "status" in current:
+                obj["status"] = copy.deepcopy(current["status"])
+            else:
+                obj.pop("status", None)
+
+    async def _update(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        if target.name is None:
+            raise st.method_not_allowed()
+        obj = await self.read_object(request, target)
+        if obj["metadata"].get("name") not in (None, "", target.name):
+            raise st.bad_request(f"the name of the object ({obj['metadata'].get('name')}) does not match the "
+                                 f"name on the URL ({target.name})")
+        obj["metadata"]["name"] = target.name
+        current = self.current(target)
+        return self._replace(request, target, obj, current, user)
+
+    def _replace(self, request: web.Request, target: Target, obj: Obj, current: Obj,
+                 user: UserInfo) -> web.Response:
+        r = target.resource
+        assert target.name is not None
+        self._keep_server_fields(r, obj, current, subresource=target.subresource)
+        if r.key == "secrets":
+            defaults.secret(obj)
+        validate(r, obj, current)
+        self.controllers.admit_update(r, obj, current, user)
+        if request.query.get("dryRun") == "All":
+            return json_response(obj)
+        try:
+            updated = self.store.update(r.key, obj)
+        except Conflict:
+            raise st.conflict(r.plural, target.name, r.group) from None
+        except NotFound:
+            raise st.not_found(r.plural, target.name, r.group) from None
+        self.controllers.after_update(r, updated)
+        return json_response(updated)
+
+    async def _patch(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        if target.name is None:
+            raise st.method_not_allowed()
+        current = self.current(target)
+        patched = await patch_object(request, current, MAX_BODY)
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise st.bad_request("the patch produced an object without metadata")
+        if patched["metadata"].get("name") != target.name:
+            raise st.bad_request("the patch may not change the object's name")
+        patched["kind"], patched["apiVersion"] = target.resource.kind, target.resource.api_version
+        if target.resource.namespaced:
+            patched["metadata"]["namespace"] = target.namespace
+        return self._replace(request, target, patched, current, user)
+
+    async def delete_options(self, request: web.Request) -> Obj:
+        options: Obj = {}
+        if request.can_read_body:
+            body = await read_limited(request, MAX_BODY)
+            if body.strip():
+                if request.headers.get("Content-Type", "").startswith(PROTOBUF):
+                    parsed = decode_protobuf(body)
+                else:
+                    try:
+                        parsed = orjson.loads(body)
+                    except orjson.JSONDecodeError as error:
+                        raise st.bad_request(f"DeleteOptions: {error}") from None
+                if isinstance(parsed, dict):
+                    options = parsed
+        for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+            if key in request.query:
+                options[key] = request.query[key]
+        if "gracePeriodSeconds" in options:
+            try:
+                options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
+            except (TypeError, ValueError):
+                raise st.bad_request("gracePeriodSeconds must be an integer") from None
+        policy = options.get("propagationPolicy")
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise st.bad_request(f"propagationPolicy: Unsupported value: {policy!r}: supported values: "
+                                 '"Foreground", "Background", "Orphan"')
+        return options
+
+    async def _delete(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        r = target.resource
+        assert target.name is not None
+        current = self.current(target)
+        options = await self.delete_options(request)
+        pre = options.get("preconditions") or {}
+        if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
+            raise st.conflict(r.plural, target.name, r.group,
+                              f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: "
+                              f"{current['metadata']['uid']}")
+        if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise st.conflict(r.plural, target.name, r.group,
+                              f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                              f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}")
+        if request.query.get("dryRun") == "All":
+            return json_response(current)
+        result, immediate = self.controllers.delete(r, current, options)
+        if r.key in ("pods", "namespaces") or not immediate:
+            return json_response(result)
+        return json_response(st.success(resource=r.plural, name=target.name, group=r.group,
+                                         uid=current["metadata"]["uid"]))
+
+    async def _delete_collection(self, request: web.Request, target: Target,
+                                 user: UserInfo) -> web.StreamResponse:
+        r = target.resource
+        query = parse_list_query(r, request.query)
+        options = await self.delete_options(request)
+        items, _ = self._select(target, ListQuery(query.labels, query.fields, query.label_text,
+                                                  query.field_text, None, None, None))
+        deleted = []
+        for item in items:
+            current = self.store.get(r.key, item["metadata"].get("namespace"), item["metadata"]["name"])
+            if current is None:
+                continue
+            result, _ = self.controllers.delete(r, current, options)
+            deleted.append(result)
+        return json_response({"kind": f"{r.kind}List", "apiVersion": r.api_version,
+                              "metadata": {"resourceVersion": str(self.store.resource_version)},
+                              "items": deleted})
+
+
+def _aggregated(doc: Obj) -> web.Response:
+    return web.Response(body=orjson.dumps(doc), status=200,
+                        headers={"Content-Type": "application/json;g=apidiscovery.k8s.io;v=v2;"
+                                                 "as=APIGroupDiscoveryList"})

@@ -1,0 +1,154 @@
+"""Readiness and liveness probes as the kubelet runs them: tcpSocket and httpGet to the pod IP, exec inside
+the container's namespaces. gRPC probes are not emulated (they always fail, with a log line saying so)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProbeTiming:
+    initial_delay: float = 0.0
+    period: float = 10.0
+    timeout: float = 1.0
+    success_threshold: int = 1
+    failure_threshold: int = 3
+
+    @staticmethod
+    def of(probe: Mapping[str, Any]) -> ProbeTiming:
+        return ProbeTiming(initial_delay=float(probe.get("initialDelaySeconds", 0)),
+                           period=float(probe.get("periodSeconds", 10)),
+                           timeout=float(probe.get("timeoutSeconds", 1)),
+                           success_threshold=int(probe.get("successThreshold", 1)),
+                           failure_threshold=int(probe.get("failureThreshold", 3)))
+
+
+@dataclass
+class ProbeTracker:
+    """Consecutive results against the thresholds; `result` flips only when a threshold is reached."""
+
+    timing: ProbeTiming
+    result: bool = False
+    successes: int = 0
+    failures: int = 0
+
+    def record(self, ok: bool) -> bool:
+        """Record one probe; True when the result changed."""
+        if ok:
+            self.successes, self.failures = self.successes + 1, 0
+            if not self.result and self.successes >= self.timing.success_threshold:
+                self.result = True
+                return True
+        else:
+            self.successes, self.failures = 0, self.failures + 1
+            if self.result and self.failures >= self.timing.failure_threshold:
+                self.result = False
+                return True
+        return False
+
+
+def resolve_port(port: int | str, container: Mapping[str, Any]) -> int:
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for p in container.get("ports") or []:
+        if p.get("name") == port:
+            return int(p["containerPort"])
+    raise ValueError(f"container {container.get('name')} has no port named {port!r}")
+
+
+async def tcp_check(host: str, port: int, timeout: float) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (TimeoutError, OSError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def http_check(host: str, port: int, path: str, headers: Sequence[Mapping[str, str]],
+                     timeout: float) -> bool:
+    async def get() -> bool:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            extra = "".join(f"{h['name']}: {h['value']}\r\n" for h in headers)
+            writer.write(f"GET {path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                         f"User-Agent: kube-probe/1.37\r\n{extra}Connection: close\r\n\r\n".encode())
+            await writer.drain()
+            status = (await reader.readline()).split()
+            return len(status) >= 2 and status[1].isdigit() and 200 <= int(status[1]) < 400
+        finally:
+            writer.close()
+    try:
+        return await asyncio.wait_for(get(), timeout)
+    except (TimeoutError, OSError, ValueError):
+        return False
+
+
+async def exec_check(command: Sequence[str], *, pid: int, env: Mapping[str, str], isolated: bool,
+                     user_ns: bool, timeout: float) -> bool:
+    """Run the command in the container: its mount (and root), PID, network, UTS and IPC namespaces."""
+    if isolated:
+        flags = ["--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd"]
+        flags += ["--user"] if user_ns else []
+        argv = ["nsenter", f"--target={pid}", *flags, "--", *command]
+    else:
+        argv = list(command)
+    try:
+        proc = await asyncio.create_subprocess_exec(*argv, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+    except OSError:
+        return False
+    try:
+        return await asyncio.wait_for(proc.wait(), timeout) == 0
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return False
+
+
+def checker(probe: Mapping[str, Any], *, container: Mapping[str, Any], pod_ip: str, pid: int,
+            env: Mapping[str, str], isolated: bool, user_ns: bool) -> Callable[[], Awaitable[bool]]:
+    timeout = ProbeTiming.of(probe).timeout
+    if "tcpSocket" in probe:
+        tcp = probe["tcpSocket"]
+        port = resolve_port(tcp["port"], container)
+        return lambda: tcp_check(tcp.get("host") or pod_ip, port, timeout)
+    if "httpGet" in probe:
+        http = probe["httpGet"]
+        port = resolve_port(http["port"], container)
+        return lambda: http_check(http.get("host") or pod_ip, port, http.get("path", "/"),
+                                  http.get("httpHeaders") or [], timeout)
+    if "exec" in probe:
+        command = list(probe["exec"].get("command") or [])
+        return lambda: exec_check(command, pid=pid, env=env, isolated=isolated, user_ns=user_ns,
+                                  timeout=timeout)
+
+    async def unsupported() -> bool:
+        log.warning("container %s: only tcpSocket, httpGet and exec probes are emulated",
+                    container.get("name"))
+        return False
+    return unsupported
+
+
+async def run_probe(probe: Mapping[str, Any], check: Callable[[], Awaitable[bool]], *, initial: bool,
+                    on_change: Callable[[bool], Awaitable[None]]) -> None:
+    """Probe forever (the caller cancels): report each change of the thresholded result. `initial` is the
+    result before the first probe (readiness: False; liveness: True)."""
+    timing = ProbeTiming.of(probe)
+    tracker = ProbeTracker(timing, result=initial)
+    await asyncio.sleep(timing.initial_delay)
+    while True:
+        if tracker.record(await check()):
+            await on_change(tracker.result)
+        await asyncio.sleep(timing.period)

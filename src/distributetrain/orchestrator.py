@@ -1,0 +1,368 @@
+"""PreTraining (`launch`) and the whole job (`run` = launch, then supervisor.supervise), as the design's
+Manager.sh runs them.
+
+launch: inventory the live cluster, plan, create the job's Secret (and NetworkPolicy), then the workers pinned
+to their planned nodes; wait by watch until the whole gang is Running and Ready; if it is not within the
+schedule timeout, delete the gang, re-plan and retry with backoff, never leaving a partial gang holding GPUs.
+Then the hostfile ConfigMap from the workers' pod IPs, and the chief last.
+
+run: launch, supervise, and on any failure or signal delete everything the job owns before exiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from distributetrain import inventory, k8s, manifests, naming, planner, podstatus, sshkeys
+from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.errors import (
+    ApiError,
+    CannotPlace,
+    DeadlineExceeded,
+    DistributeTrainError,
+    Interrupted,
+    InvalidInput,
+    ScheduleTimeout,
+)
+from distributetrain.hostfile import HostSlots
+from distributetrain.k8s import AlreadyExists, Kube, NotFound
+from distributetrain.supervisor import JOB_KINDS, Reporter, delete_job, supervise
+from distributetrain.watching import Watched
+
+T = TypeVar("T")
+# stamped on every object one manager run creates: a 409 on create is then ours (a retried POST) or not
+RUN_ANNOTATION = "distributetrain.io/run"
+GPU_WAIT_MAX_INTERVAL = 30.0
+
+
+@dataclass(frozen=True)
+class Launched:
+    """What launch left running: the plan, the pods' names, and when they were created."""
+
+    job: str
+    namespace: str
+    plan: planner.Plan | None      # None when an earlier run's job was adopted
+    workers: tuple[str, ...]
+    chief: str
+    attempts: int
+    adopted: bool = False
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds since launch started
+
+
+class Orchestrator:
+    """One job, driven from one manager process."""
+
+    def __init__(self, kube: Kube, spec: JobSpec, *, owner: ManagerIdentity | None = None,
+                 reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.kube = kube
+        self.spec = spec
+        self.owner = owner
+        self.reporter = reporter or Reporter()
+        self.run_id = uuid.uuid4().hex
+        self._clock = clock
+        self._sleep = sleep
+        self._started = clock()
+        self._deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
+        self._touched = False  # whether this run created or adopted anything (and may therefore clean up)
+
+    # ---- the whole job ------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Launch and supervise; return the chief's exit code. On any error or SIGTERM/SIGINT, delete
+        everything the job owns first, then raise (Interrupted carries 128+signal)."""
+        return self._guarded(lambda: self.supervise(self.launch()))
+
+    def launch_only(self) -> Launched:
+        """PreTraining alone (the `launch` command), with the same cleanup on failure or signal."""
+        return self._guarded(self.launch)
+
+    def supervise_guarded(self) -> int:
+        """PostTraining alone for this request's job (DistributeTrain_PostTraining.py)."""
+        self._touched = True
+        chief = naming.chief_name(self.spec.job_name)
+        return self._guarded(lambda: self.supervise(Launched(
+            job=self.spec.job_name, namespace=self.spec.namespace, plan=None, workers=(), chief=chief,
+            attempts=0, adopted=True)))
+
+    def _guarded(self, body: Callable[[], T]) -> T:
+        with _signals_raise_interrupted():
+            try:
+                return body()
+            except BaseException as err:
+                if self._touched:
+                    why = (str(err) or type(err).__name__).splitlines()[0]
+                    self.reporter.say(f"job {self.spec.job_name} failed ({why}); deleting all it created")
+                    with _signals_ignored():
+                        delete_job(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
+                                   keep_chief=False, reporter=self.reporter)
+                raise
+
+    def supervise(self, launched: Launched) -> int:
+        self.reporter.say(f"supervising job {launched.job}: chief {launched.chief}, workers "
+                          f"{', '.join(launched.workers) or '(none)'}")
+        return supervise(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
+                         keep_chief=self.spec.keep_chief, reporter=self.reporter, deadline=self._deadline,
+                         schedule_timeout=self.spec.schedule_timeout, clock=self._clock)
+
+    # ---- PreTraining ------------------------------------------------------------------------------------
+    def launch(self) -> Launched:
+        spec = self.spec
+        adopted = self._adopt_or_clean()
+        if adopted is not None:
+            return adopted
+        plan = self._plan(attempt=0)
+        keys = sshkeys.generate(f"{spec.job_name}@distributetrain")
+        self._touched = True
+        self._create(manifests.ssh_secret(spec, keys, owner=self.owner))
+        if spec.network_policy:
+            self._create(manifests.network_policy(spec, owner=self.owner))
+        timings: dict[str, float] = {}
+        attempt = 0
+        while True:
+            names = [self._create(manifests.worker_pod(spec, index=i, entry=e, owner=self.owner))
+                     ["metadata"]["name"] for i, e in enumerate(plan.workers)]
+            timings["workers_created"] = self._clock() - self._started
+            failure, ready = self._wait_for_gang(names)
+            if failure is None:
+                break
+            self.reporter.say(f"attempt {attempt + 1}: the workers were not all Ready: {failure}; deleting "
+                              "the gang so no GPU stays held")
+            self._delete_pods(names)
+            if attempt >= spec.retries:
+                raise ScheduleTimeout(
+                    f"job {spec.job_name}: the workers did not all become Running and Ready within "
+                    f"{spec.schedule_timeout:g}s, {attempt + 1} time(s): {failure}. Check the reason above, "
+                    "then raise --schedule-timeout or --retries, or ask for fewer GPUs")
+            pause = self._bounded(spec.backoff * 2 ** attempt)
+            self.reporter.say(f"re-planning in {pause:g}s (retry {attempt + 1} of {spec.retries})")
+            self._sleep(pause)
+            attempt += 1
+            plan = self._plan(attempt=attempt)
+        hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
+        self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+        chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
+        timings["chief_created"] = self._clock() - self._started
+        self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
+                          f"{plan.chief.gpus} GPU(s); hostfile: {len(hosts)} worker(s)")
+        return Launched(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
+                        chief=chief["metadata"]["name"], attempts=attempt + 1, timings=timings)
+
+    def _plan(self, *, attempt: int) -> planner.Plan:
+        """Inventory the live cluster and plan; with --wait-for-gpus, wait for room (creating nothing)."""
+        spec = self.spec
+        wait_until = self._clock() + spec.wait_for_gpus
+        interval = 2.0
+        while True:
+            self._check_deadline("planning")
+            nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
+            _check_resource_known(nodes, spec.resource)
+            tolerations = spec.all_tolerations()
+            rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
+                                       node_selector=spec.node_selector_dict)
+            topology = inventory.topology(rows, spec.topology_key) if spec.topology_key else None
+            try:
+                plan = planner.plan(inventory.free_gpus(rows), spec.gpus, topology=topology,
+                                    policy=spec.placement_policy)
+            except CannotPlace as err:
+                if self._clock() + interval > wait_until:
+                    waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
+                    raise type(err)(f"{err}{waited}; nothing was created") from None
+                self.reporter.say(f"waiting for GPUs to free up: {err}")
+                self._sleep(self._bounded(interval))
+                interval = min(GPU_WAIT_MAX_INTERVAL, interval * 2)
+                continue
+            split = ", ".join(f"{e.gpus} on {e.node}" for e in plan.allocation)
+            self.reporter.say(f"plan (attempt {attempt + 1}): {spec.gpus} GPU(s) as {split}; chief "
+                              f"{plan.chief.gpus} on {plan.chief.node}")
+            self.reporter.planned(plan, attempt)
+            return plan
+
+    def _wait_for_gang(self, names: list[str]) -> tuple[str | None, dict[str, dict[str, Any]]]:
+        """(None, pods) once every worker is Running and Ready; (why not, pods) on a failure or timeout."""
+        if not names:
+            return None, {}
+        until = self._bounded_deadline(self._clock() + self.spec.schedule_timeout)
+        selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={naming.ROLE_WORKER}"
+        watched = Watched(self.kube, "pods", self.spec.namespace, selector)
+        pods: Mapping[str, dict[str, Any]] = {}
+        for pods in watched.changes(deadline=until):
+            missing = [n for n in names if n not in pods]
+            if missing:
+                return f"worker pod(s) {', '.join(missing)} disappeared", dict(pods)
+            ended = [pods[n] for n in names if podstatus.is_terminated(pods[n])
+                     or podstatus.is_deleting(pods[n])]
+            if ended:
+                return "; ".join(podstatus.describe(p) for p in ended), dict(pods)
+            if all(podstatus.is_ready(pods[n]) for n in names):
+                return None, dict(pods)
+        self._check_deadline("waiting for the workers")
+        late = [podstatus.describe(pods[n]) for n in names if n in pods and not podstatus.is_ready(pods[n])]
+        return "; ".join(late) or "timed out", dict(pods)
+
+    # ---- objects ----------------------------------------------------------------------------------------
+    def _create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create, stamped with this run's id. A 409 is adopted when the object is this run's own (a retried
+        POST that had succeeded), refused otherwise."""
+        meta = body["metadata"]
+        meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
+        try:
+            return self.kube.create(body)
+        except AlreadyExists as err:
+            kind = k8s.KIND_OF[body["kind"]]
+            existing = self.kube.get(kind, meta["namespace"], meta["name"])
+            stamp = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(RUN_ANNOTATION)
+            if existing and stamp == self.run_id:
+                return existing
+            raise ApiError(f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and was not "
+                           f"created by this manager ({err}); delete it (distributetrain delete "
+                           f"{self.spec.job_name}) or choose another --job-name") from err
+        except NotFound as err:
+            if "namespace" in str(err).lower():
+                raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it or "
+                                   "pass --namespace; nothing was created") from err
+            raise
+
+    def _delete_pods(self, names: list[str]) -> None:
+        """Delete the gang and wait until its pods are gone, so the re-plan sees their GPUs free."""
+        for name in names:
+            self.kube.delete("pods", self.spec.namespace, name)
+        watched = Watched(self.kube, "pods", self.spec.namespace, naming.job_selector(self.spec.job_name))
+        for pods in watched.changes(deadline=self._clock() + 90.0):
+            if not any(n in pods for n in names):
+                return
+        raise ApiError(f"the failed workers {', '.join(names)} were deleted but did not go away within 90s")
+
+    def _adopt_or_clean(self) -> Launched | None:
+        """Objects of an earlier run with this job name: adopt them when their chief still runs with its
+        whole gang (the manager was restarted mid-job); otherwise delete them and start afresh."""
+        spec = self.spec
+        selector = naming.job_selector(spec.job_name)
+        found = {kind: self.kube.list(kind, spec.namespace, label_selector=selector)[0] for kind in JOB_KINDS}
+        if not any(found.values()):
+            return None
+        self._refuse_if_running_elsewhere([o for items in found.values() for o in items])
+        self._touched = True
+        pods = {podstatus.name(p): p for p in found["pods"]}
+        chief_name = naming.chief_name(spec.job_name)
+        chief = pods.get(chief_name)
+        live = [p for p in pods.values() if not podstatus.is_terminated(p) and not podstatus.is_deleting(p)]
+        if chief is not None and chief in live and sum(podstatus.gpus(p) for p in live) == _chief_np(chief):
+            workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
+            self.reporter.say(f"adopting the running job {spec.job_name}: chief {chief_name} and "
+                              f"{len(workers)} worker(s) from an earlier manager")
+            return Launched(job=spec.job_name, namespace=spec.namespace, plan=None, workers=workers,
+                            chief=chief_name, attempts=0, adopted=True)
+        count = sum(len(v) for v in found.values())
+        self.reporter.say(f"found {count} object(s) of an earlier, unfinished or finished run of job "
+                          f"{spec.job_name}; deleting them before starting")
+        delete_job(self.kube, job=spec.job_name, namespace=spec.namespace, keep_chief=False,
+                   reporter=self.reporter)
+        return None
+
+    def _refuse_if_running_elsewhere(self, objects: list[dict[str, Any]]) -> None:
+        """Objects owned by another manager pod that still runs belong to a live job: never touch them."""
+        mine = self.owner.uid if self.owner else None
+        for obj in objects:
+            for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("kind") != "Pod" or ref.get("uid") == mine:
+                    continue
+                other = self.kube.get("pods", self.spec.namespace, str(ref.get("name")))
+                if other and other["metadata"].get("uid") == ref.get("uid") and not (
+                        podstatus.is_terminated(other) or podstatus.is_deleting(other)):
+                    raise InvalidInput(
+                        f"job_name: job {self.spec.job_name!r} in namespace {self.spec.namespace} is run by "
+                        f"manager pod {ref.get('name')}, which is still running; choose another --job-name, "
+                        "or stop that manager first; nothing was created")
+
+    # ---- deadlines ---------------------------------------------------------------------------------------
+    def _check_deadline(self, doing: str) -> None:
+        if self._deadline is not None and self._clock() >= self._deadline:
+            raise DeadlineExceeded(f"job {self.spec.job_name}: the active deadline of "
+                                   f"{self.spec.active_deadline:g}s passed while {doing}")
+
+    def _bounded_deadline(self, until: float) -> float:
+        return until if self._deadline is None else min(until, self._deadline)
+
+    def _bounded(self, pause: float) -> float:
+        if self._deadline is None:
+            return pause
+        return max(0.0, min(pause, self._deadline - self._clock()))
+
+
+def wait_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool = True,
+             reporter: Reporter | None = None) -> int:
+    """PostTraining for a job launched earlier (`distributetrain wait JOB`): supervise it; on a failure or a
+    signal delete everything it owns."""
+    reporter = reporter or Reporter()
+    with _signals_raise_interrupted():
+        try:
+            return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
+        except BaseException as err:
+            why = (str(err) or type(err).__name__).splitlines()[0]
+            reporter.say(f"job {job} failed ({why}); deleting it")
+            with _signals_ignored():
+                delete_job(kube, job=job, namespace=namespace, keep_chief=False, reporter=reporter)
+            raise
+
+
+def _chief_np(chief: Mapping[str, Any]) -> int:
+    for container in (chief.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == manifests.ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
+                return int(env["value"])
+    return -1
+
+
+def _check_resource_known(nodes: list[dict[str, Any]], resource: str) -> None:
+    """A resource no node advertises is a typo (exit 2), not a shortage (exit 3)."""
+    known: set[str] = set()
+    for node in nodes:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if resource in allocatable:
+            return
+        known.update(k for k in allocatable if "/" in k)
+    listed = ", ".join(sorted(known)) or "none"
+    raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
+                       f"{listed}); pass --resource with one of them; nothing was created")
+
+
+def _raise_interrupted(signal_number: int, _frame: object) -> None:
+    raise Interrupted(f"received {signal.Signals(signal_number).name}", signal_number=signal_number)
+
+
+@contextlib.contextmanager
+def _signals_raise_interrupted() -> Iterator[None]:
+    """SIGTERM/SIGINT raise Interrupted in the main thread, wherever it blocks, so cleanup runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """A second signal must not cut the cleanup short: it is bounded and quick."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+__all__ = ["DistributeTrainError", "Launched", "Orchestrator", "Reporter"]

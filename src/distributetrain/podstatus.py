@@ -1,0 +1,122 @@
+"""Reading a pod's status the way a person would: is it ready, did it end, and why, in the scheduler's or the
+kubelet's own words. Pure functions over pod dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from distributetrain import naming
+
+TERMINATED = ("Succeeded", "Failed")
+Pod = Mapping[str, Any]
+
+
+def name(pod: Pod) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "?")
+
+
+def phase(pod: Pod) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def node(pod: Pod) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName") or None
+
+
+def planned_node(pod: Pod) -> str | None:
+    """The node the pod is pinned to by its required node affinity (where it was planned to go)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    for term in terms:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") == naming.HOSTNAME_LABEL and expression.get("values"):
+                return str(expression["values"][0])
+    return None
+
+
+def gpus(pod: Pod) -> int:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(naming.GPUS_ANNOTATION, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def role(pod: Pod) -> str:
+    return str(((pod.get("metadata") or {}).get("labels") or {}).get(naming.ROLE_LABEL) or "")
+
+
+def pod_ip(pod: Pod) -> str | None:
+    return (pod.get("status") or {}).get("podIP") or None
+
+
+def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def is_terminated(pod: Pod) -> bool:
+    return phase(pod) in TERMINATED
+
+
+def is_ready(pod: Pod) -> bool:
+    ready = _condition(pod, "Ready")
+    return phase(pod) == "Running" and ready is not None and ready.get("status") == "True"
+
+
+def is_deleting(pod: Pod) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _container_states(pod: Pod) -> list[tuple[str, Mapping[str, Any]]]:
+    status = pod.get("status") or {}
+    out = []
+    for item in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        out.append((str(item.get("name")), item.get("state") or {}))
+    return out
+
+
+def exit_code(pod: Pod, container: str | None = None) -> int | None:
+    """The exit code of app container `container` (default: the first), None while it has not terminated."""
+    for item in (pod.get("status") or {}).get("containerStatuses") or []:
+        if container is None or item.get("name") == container:
+            terminated = (item.get("state") or {}).get("terminated") or {}
+            code = terminated.get("exitCode")
+            return int(code) if code is not None else None
+    return None
+
+
+def why(pod: Pod) -> str:
+    """Why the pod is not (or no longer) Running and Ready, in its own status's words."""
+    status = pod.get("status") or {}
+    if status.get("reason") or status.get("message"):
+        # pod-level: Evicted, NodeLost, DeadlineExceeded, UnexpectedAdmissionError...
+        return ": ".join(str(p) for p in (status.get("reason"), status.get("message")) if p)
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        return f"not scheduled: {scheduled.get('reason', '')}: {scheduled.get('message', '')}".rstrip(": ")
+    for cname, state in _container_states(pod):
+        terminated = state.get("terminated")
+        if terminated:
+            parts = [f"container {cname} exited with code {terminated.get('exitCode')}"]
+            parts += [str(terminated[k]) for k in ("reason", "message") if terminated.get(k)]
+            return ": ".join(parts)
+        waiting = state.get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return ": ".join(str(p) for p in (f"container {cname} waiting", waiting.get("reason"),
+                                               waiting.get("message")) if p)
+    if phase(pod) == "Running":
+        ready = _condition(pod, "Ready") or {}
+        detail = ": ".join(str(ready[k]) for k in ("reason", "message") if ready.get(k))
+        return f"running but not Ready (its readiness probe has not passed{': ' + detail if detail else ''})"
+    if not node(pod):
+        return "not scheduled yet (Pending, no scheduling decision reported)"
+    return f"{phase(pod)}: containers starting"
+
+
+def describe(pod: Pod) -> str:
+    """`pod NAME on node NODE: WHY` - which pod, where, why."""
+    where = node(pod) or planned_node(pod) or "no node"
+    label = "on node" if node(pod) else "planned for node"
+    return f"pod {name(pod)} {label} {where}: {why(pod)}"

@@ -1,0 +1,52 @@
+"""Shared fixtures: a real local cluster (HTTPS API server, simulated kubelets by default) per test.
+
+    def test_x(local_cluster):                      # nodes [5, 3, 2], sim runtime, GPU taints on
+        v1 = kubernetes.client.CoreV1Api(local_cluster.api_client())
+        local_cluster.kubectl("get", "pods")
+
+    def test_y(local_cluster_factory):
+        cluster = local_cluster_factory(nodes=[8, 8], runtime="sim", gpu_taint=False,
+                                        behaviors=[(lambda p: p["metadata"]["name"].endswith("-chief"),
+                                                    Behavior(log="done\\n", exit_code=0, exit_after=0.5))])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from distributetrain.localcluster.testing import TestCluster, start_cluster
+
+
+def make_api_client(url: str, ca_path: Path, token: str) -> client.ApiClient:
+    """An official-client ApiClient speaking HTTPS to the cluster, verifying it with the cluster's CA."""
+    configuration = client.Configuration()
+    configuration.host = url
+    configuration.ssl_ca_cert = str(ca_path)
+    configuration.verify_ssl = True
+    configuration.api_key = {"authorization": token}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(configuration)
+
+
+@pytest.fixture
+def local_cluster_factory() -> Iterator[Callable[..., TestCluster]]:
+    started: list[TestCluster] = []
+
+    def factory(**options: Any) -> TestCluster:
+        cluster = start_cluster(client_factory=make_api_client, **options)
+        started.append(cluster)
+        return cluster
+
+    yield factory
+    for cluster in started:
+        cluster.close()
+
+
+@pytest.fixture
+def local_cluster(local_cluster_factory: Callable[..., TestCluster]) -> TestCluster:
+    return local_cluster_factory()

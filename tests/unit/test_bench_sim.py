@@ -1,0 +1,120 @@
+"""The simulator: strict FCFS, conservation of GPUs, the ideal bound, and the speed trick's exactness."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from bench import model
+from bench.model import SpanCost
+from bench.policies import POLICIES, SPANS_MORE_THAN_FEWEST, Context
+from bench.sim import Nodes, fill_until_full, frag_table_for, simulate
+from bench.workload import Cluster, make_cluster, make_trace
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[Cluster, object]:
+    cluster = make_cluster("C3", "small")
+    trace = make_trace(cluster, model.MIXES["stress"], 1.1, seed=11, days=1.5, warmup_days=0.25)
+    return cluster, trace
+
+
+def runs(cluster: Cluster, trace: object) -> dict[str, object]:
+    mix = model.MIXES["stress"]
+    ctx = Context(cluster.capacity_map(), mix)
+    table = frag_table_for(mix, cluster)
+    out = {key: simulate(cluster, trace, key, factory(ctx), frag_table=table,  # type: ignore[arg-type]
+                         fewest_only=key not in SPANS_MORE_THAN_FEWEST)
+           for key, (_, factory) in POLICIES.items()}
+    out["ideal"] = simulate(cluster, trace, "ideal", None, frag_table=table)  # type: ignore[arg-type]
+    return out
+
+
+def test_the_ideal_bound_starts_and_ends_every_job_no_later_than_any_policy(small: tuple) -> None:
+    cluster, trace = small
+    results = runs(cluster, trace)
+    ideal = results.pop("ideal")
+    for key, run in results.items():
+        assert np.all(ideal.start <= run.start + 1e-6), key
+        assert np.all(ideal.end <= run.end + 1e-6), key
+    # and the comparison is not vacuous: spreading policies lose real time on this trace
+    assert results["original"].end.mean() > 1.05 * ideal.end.mean()
+
+
+def test_strict_fcfs_starts_jobs_in_arrival_order_and_never_before_they_arrive(small: tuple) -> None:
+    cluster, trace = small
+    for key, run in runs(cluster, trace).items():
+        assert np.all(np.diff(run.start) >= 0), key
+        assert np.all(run.start >= trace.arrival), key
+        assert not np.isnan(run.end).any(), key
+
+
+def test_ours_never_spans_more_nodes_than_the_fewest_possible(small: tuple) -> None:
+    cluster, trace = small
+    run = runs(cluster, trace)["ours"]
+    assert np.array_equal(run.nodes, run.fewest_then)
+    assert np.all(run.nodes >= run.fewest_empty)
+
+
+def test_run_time_grows_by_the_span_cost_per_extra_node(small: tuple) -> None:
+    cluster, trace = small
+    run = runs(cluster, trace)["leastfree"]
+    extra = run.nodes - run.fewest_empty
+    assert extra.max() > 0
+    expected = trace.duration * (1 + model.SPAN_COST.per_extra_node * extra)
+    assert np.allclose(run.end - run.start, expected)
+
+
+def test_the_span_cost_follows_from_the_bandwidth_figures() -> None:
+    cost = model.SPAN_COST
+    assert cost.comm_cross == pytest.approx(((1 / 0.9 - 1) + (1 / 0.68 - 1)) / 2)
+    assert cost.comm_cross / cost.comm_in == pytest.approx(230 / 74)
+    assert 0.15 < cost.per_extra_node < 0.22
+    assert SpanCost(comm_cross=0.3, comm_in=0.0).slowdown(2) == pytest.approx(1.6)
+
+
+def test_the_view_a_policy_sees_gives_the_same_choice_as_the_whole_cluster() -> None:
+    rng = random.Random(5)
+    cluster = make_cluster("C2", "small")
+    caps = cluster.capacity_map()
+    ctx = Context(caps, model.MIXES["stress"])
+    policies = {key: factory(ctx) for key, (_, factory) in POLICIES.items()}
+    for _ in range(40):
+        nodes = Nodes(cluster)
+        for name, cap in caps.items():  # a random state
+            used = rng.randint(0, cap)
+            if used:
+                nodes.take(((name, used),), used)
+        full = {name: nodes.free[nodes.index[name]] for name in cluster.names}
+        for gpus in (1, 2, 3, 8, 12, 16, 64):
+            if gpus > nodes.total_free:
+                continue
+            fewest = nodes.fewest_nodes(gpus)
+            for key, place in policies.items():
+                view = nodes.view(gpus if key in SPANS_MORE_THAN_FEWEST else fewest)
+                assert len(view) < len(full)
+                assert place(view, gpus) == place(full, gpus), (key, gpus)
+
+
+def test_nodes_give_back_what_they_took() -> None:
+    cluster = make_cluster("C3", "small")
+    nodes = Nodes(cluster)
+    held = nodes.take((("node-00", nodes.free[0]),), nodes.free[0])
+    assert nodes.total_free == cluster.total_gpus - cluster.capacity[0]
+    nodes.give_back(held)
+    assert nodes.total_free == cluster.total_gpus and nodes.free == list(cluster.capacity)
+    with pytest.raises(AssertionError):
+        nodes.take((("node-00", 99),), 99)
+
+
+def test_allocation_at_saturation_is_bounded_by_the_ideal_and_hurt_by_spreading() -> None:
+    cluster = make_cluster("C1", "small")
+    mix = model.HELIOS_MIX
+    ctx = Context(cluster.capacity_map(), mix)
+    sizes = np.random.default_rng(3).choice(list(mix), size=2000, p=list(mix.values()))
+    ideal = fill_until_full(cluster, sizes, None)
+    rates = {key: fill_until_full(cluster, sizes, factory(ctx)) for key, (_, factory) in POLICIES.items()}
+    assert ideal >= 0.98
+    assert all(rate <= ideal for rate in rates.values())
+    assert rates["original"] < rates["bestfit"]

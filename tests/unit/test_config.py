@@ -1,0 +1,136 @@
+"""JobSpec.from_sources: every field from arguments or DT_* variables, validated all at once."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity, env_name
+from distributetrain.errors import EXIT_USAGE, InvalidInput
+from distributetrain.inputs import MAX_GPUS, parse_duration
+from distributetrain.inventory import Toleration
+
+IMAGE = "registry.example.com/team/train:1.0"
+
+
+def spec(args: dict[str, object] | None = None, env: dict[str, str] | None = None) -> JobSpec:
+    return JobSpec.from_sources({"gpus": "6", "image": IMAGE, **(args or {})}, env or {})
+
+
+def problems(args: dict[str, object], env: dict[str, str] | None = None) -> str:
+    with pytest.raises(InvalidInput) as caught:
+        JobSpec.from_sources({"gpus": "6", "image": IMAGE, **args}, env or {})
+    assert caught.value.exit_code == EXIT_USAGE
+    return str(caught.value)
+
+
+def test_defaults() -> None:
+    s = spec()
+    assert (s.gpus, s.image, s.job_name, s.namespace) == (6, IMAGE, "distributetrain", "default")
+    assert s.command == DEFAULT_COMMAND
+    assert s.resource == "nvidia.com/gpu" and s.ssh_port == 2222
+    assert s.keep_chief and s.network_policy and s.transport == "gloo"
+    assert s.all_tolerations() == (Toleration(key="nvidia.com/gpu", operator="Exists"),)
+
+
+def test_every_field_from_environment() -> None:
+    env = {"DT_GPUS": "12", "DT_IMAGE": "train@sha256:" + "a" * 64, "DT_JOB_NAME": "resnet-12",
+           "DT_NAMESPACE": "ml", "DT_COMMAND": "python3 /workspace/Train.py --epochs 3",
+           "DT_RESOURCE": "amd.com/gpu", "DT_TOLERATIONS": "dedicated=ml:NoSchedule,example.com/spot",
+           "DT_NODE_SELECTOR": "gpu=a100,zone=z1", "DT_TOPOLOGY_KEY": "topology.kubernetes.io/zone",
+           "DT_PLACEMENT_POLICY": "largest-first", "DT_SSH_PORT": "2022", "DT_SCHEDULE_TIMEOUT": "90s",
+           "DT_RETRIES": "0", "DT_BACKOFF": "1m", "DT_SSH_TIMEOUT": "30", "DT_ACTIVE_DEADLINE": "1h30m",
+           "DT_WAIT_FOR_GPUS": "10m", "DT_KEEP_CHIEF": "false", "DT_VOLUME_CLAIM": "train-data",
+           "DT_MOUNT_PATH": "/data", "DT_NETWORK_INTERFACE": "eth0", "DT_TRANSPORT": "mpi",
+           "DT_NETWORK_POLICY": "off", "DT_SERVICE_ACCOUNT": "trainer", "DT_IMAGE_PULL_POLICY": "Always"}
+    s = JobSpec.from_sources({}, env)
+    assert s == JobSpec(
+        gpus=12, image="train@sha256:" + "a" * 64, job_name="resnet-12", namespace="ml",
+        command=("python3", "/workspace/Train.py", "--epochs", "3"), resource="amd.com/gpu",
+        tolerations=(Toleration(key="dedicated", operator="Equal", value="ml", effect="NoSchedule"),
+                     Toleration(key="example.com/spot", operator="Exists")),
+        node_selector=(("gpu", "a100"), ("zone", "z1")), topology_key="topology.kubernetes.io/zone",
+        placement_policy="largest-first", ssh_port=2022, schedule_timeout=90.0, retries=0, backoff=60.0,
+        ssh_timeout=30.0, active_deadline=5400.0, wait_for_gpus=600.0, keep_chief=False,
+        volume_claim="train-data", mount_path="/data", network_interface="eth0", transport="mpi",
+        network_policy=False, service_account="trainer", image_pull_policy="Always")
+    # every field has its variable, named DT_<FIELD>
+    assert {env_name(f.name) for f in dataclasses.fields(JobSpec)} == set(env)
+
+
+def test_arguments_win_over_environment() -> None:
+    s = JobSpec.from_sources({"gpus": "3", "image": IMAGE, "command": ["python3", "a.py"]},
+                             {"DT_GPUS": "9", "DT_COMMAND": "python3 b.py", "DT_NAMESPACE": "ml"})
+    assert (s.gpus, s.command, s.namespace) == (3, ("python3", "a.py"), "ml")
+
+
+def test_command_as_json_list() -> None:
+    assert spec(env={"DT_COMMAND": '["python3", "-c", "print(1)"]'}).command == ("python3", "-c", "print(1)")
+
+
+@pytest.mark.parametrize(("field", "value", "fragment"), [
+    ("gpus", "0", "at least 1 GPU"),
+    ("gpus", "-1", "not a whole number of GPUs"),
+    ("gpus", "abc", "not a whole number of GPUs"),
+    ("gpus", "1.5", "not a whole number of GPUs"),
+    ("gpus", str(10**9), f"beyond the sane cap of {MAX_GPUS} GPUs"),
+    ("image", "Registry/UPPER:1", "not an image reference"),
+    ("image", "train:tag with space", "not an image reference"),
+    ("image", "", "not an image reference"),
+    ("job_name", "Bad_Name", "lower-case letters"),
+    ("job_name", "a" * 41, "at most 40 characters"),
+    ("namespace", "-ns", "not a namespace name"),
+    ("command", [], "is empty"),
+    ("command", "   ", "is empty"),
+    ("resource", "gpu", "needs a domain prefix"),
+    ("resource", "kubernetes.io/gpu", "native resource name"),
+    ("tolerations", ["dedicated=ml:Sometimes"], "effect 'Sometimes'"),
+    ("tolerations", ['[{"key": "a", "operator": "Maybe"}]'][0], "operator must be Equal or Exists"),
+    ("node_selector", ["zone"], "is not KEY=VALUE"),
+    ("node_selector", ["zone=bad value!"], "label value"),
+    ("topology_key", "bad key!", "must be 1-63 characters"),
+    ("placement_policy", "random", "is not one of"),
+    ("ssh_port", "70000", "outside 1..65535"),
+    ("schedule_timeout", "soon", "not a duration"),
+    ("schedule_timeout", "0", "more than 0 seconds"),
+    ("retries", "-1", "outside 0..100"),
+    ("backoff", "-5s", "not a duration"),
+    ("active_deadline", "0", "more than 0 seconds"),
+    ("keep_chief", "maybe", "not true or false"),
+    ("volume_claim", "Claim_1", "not a valid object name"),
+    ("mount_path", "relative/path", "absolute path"),
+    ("network_interface", "eth 0", "not a network interface"),
+    ("transport", "nccl", "is not one of"),
+    ("image_pull_policy", "Sometimes", "is not one of"),
+])
+def test_invalid_field_is_named(field: str, value: object, fragment: str) -> None:
+    extra = {"volume_claim": "data"} if field == "mount_path" else {}
+    message = problems({field: value, **extra})
+    assert f"{field} (--{field.replace('_', '-')})" in message
+    assert fragment in message
+    assert "nothing was created" in message
+
+
+def test_every_problem_reported_at_once_with_the_variable_name() -> None:
+    message = problems({"gpus": None, "image": None}, {"DT_GPUS": "0", "DT_SSH_PORT": "x"})
+    assert "gpus (DT_GPUS): '0': at least 1 GPU is needed" in message
+    assert "image: required; give --image or set DT_IMAGE" in message
+    assert "ssh_port (DT_SSH_PORT)" in message
+
+
+def test_mount_path_needs_a_claim() -> None:
+    assert "mount_path: given without volume_claim" in problems({"mount_path": "/data"})
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("300", 300.0), ("90s", 90.0), ("5m", 300.0),
+                                               ("1h30m", 5400.0), ("250ms", 0.25), (7, 7.0)])
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_manager_identity_from_downward_api_env() -> None:
+    env = {"DT_MANAGER_POD_NAME": "distributetrain-manager", "DT_MANAGER_POD_UID": "u-1",
+           "DT_MANAGER_NAMESPACE": "ml"}
+    assert ManagerIdentity.from_env(env) == ManagerIdentity("distributetrain-manager", "u-1", "ml")
+    assert ManagerIdentity.from_env({"DT_MANAGER_POD_NAME": "x"}) is None

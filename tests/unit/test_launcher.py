@@ -1,0 +1,201 @@
+"""The launcher's pure parts (hostfile merge, the horovodrun argv, horovodrun's failure report, settings)
+and its error paths up to the point where horovodrun would start."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import pytest
+
+from distributetrain import hostfile, launcher, manifests, naming, sshkeys
+from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
+from distributetrain.hostfile import HostSlots
+from distributetrain.launcher import Failure
+
+WORKERS = (HostSlots("10.244.1.7", 5), HostSlots("10.244.2.3", 2))
+
+# The tail of a real horovodrun run whose rank 2 lost its worker (tests/e2e/test_training_local.py).
+HOROVODRUN_FAILURE = """\
+Process 2 exit with status code 255.
+Terminating remaining workers after failure of Process 2.
+[0]<stderr>:Terminated
+Process 1 exit with status code 255.
+Process 0 exit with status code 143.
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job \
+to be terminated. The first process to do so was:
+Process name: 2
+Exit code: 255
+"""
+
+
+def test_the_chief_comes_first_so_rank_0_and_its_checkpoints_stay_in_the_kept_pod() -> None:
+    hosts = launcher.with_chief(WORKERS, pod_ip="10.244.3.9", slots=1)
+    assert hosts == (HostSlots("10.244.3.9", 1), *WORKERS)
+    assert launcher.render_hostfile(hosts) == "10.244.3.9 slots=1\n10.244.1.7 slots=5\n10.244.2.3 slots=2\n"
+    assert hostfile.parse(launcher.render_hostfile(hosts)) == sorted(hosts, key=lambda h: h.host)
+
+
+def test_a_chief_without_gpus_adds_no_line() -> None:
+    assert launcher.with_chief(WORKERS, pod_ip="10.244.3.9", slots=0) == WORKERS
+
+
+@pytest.mark.parametrize(("workers", "pod_ip", "slots", "message"), [
+    (WORKERS, "", 1, "DT_POD_IP"),
+    (WORKERS, "10.244.1.7", 1, "10.244.1.7 is also a worker"),
+    (WORKERS, "10.244.3.9", -1, "chief slots: -1"),
+    ((), "10.244.3.9", 0, "nothing to train on"),
+])
+def test_bad_chief_input_is_refused_with_what_to_fix(workers: tuple[HostSlots, ...], pod_ip: str, slots: int,
+                                                     message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        launcher.with_chief(workers, pod_ip=pod_ip, slots=slots)
+
+
+def test_the_total_must_match_the_jobs_processes() -> None:
+    hosts = launcher.with_chief(WORKERS, pod_ip="10.244.3.9", slots=1)
+    assert launcher.check_total(hosts, 8) == 8
+    assert launcher.check_total(hosts, None) == 8
+    with pytest.raises(InvalidInput, match=r"2 workers have 8 slots, but the job asks for 6 processes"):
+        launcher.check_total(hosts, 6)
+
+
+def test_horovodrun_argv() -> None:
+    argv = launcher.horovodrun_argv(
+        horovodrun="horovodrun", num_proc=6, hostfile=Path("/tmp/w/hostfile"), ssh_port=2222,
+        identity_file=Path("/root/.ssh/id_ed25519"), transport="gloo", network_interface="eth0",
+        start_timeout=120, command=["python3", "/opt/distributetrain/Train.py", "--epochs", "5"])
+    assert argv == [
+        "horovodrun", "-np", "6", "--hostfile", "/tmp/w/hostfile", "-p", "2222",
+        "--ssh-identity-file", "/root/.ssh/id_ed25519", "--gloo", "--start-timeout", "120", "--disable-cache",
+        "--network-interface", "eth0", "python3", "/opt/distributetrain/Train.py", "--epochs", "5"]
+
+
+def test_horovodrun_argv_mpi_without_interface() -> None:
+    argv = launcher.horovodrun_argv(
+        horovodrun="/opt/venv/bin/horovodrun", num_proc=1, hostfile=Path("h"), ssh_port=22,
+        identity_file=Path("k"), transport="mpi", network_interface=None, start_timeout=0.4, command=["t"])
+    assert "--mpi" in argv and "--gloo" not in argv and "--network-interface" not in argv
+    assert argv[argv.index("--start-timeout") + 1] == "1"
+    assert argv[-1] == "t"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"transport": "nccl"}, "transport: 'nccl' is not one of gloo, mpi"),
+    ({"num_proc": 0}, "0 asked"),
+    ({"command": []}, "command: empty"),
+])
+def test_horovodrun_argv_refuses(change: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {
+        "horovodrun": "horovodrun", "num_proc": 2, "hostfile": Path("h"), "ssh_port": 2222,
+        "identity_file": Path("k"), "transport": "gloo", "network_interface": None, "start_timeout": 30.0,
+        "command": ["python3"]}
+    args.update(change)
+    with pytest.raises(InvalidInput, match=message):
+        launcher.horovodrun_argv(**args)  # type: ignore[arg-type]
+
+
+def test_ranks_fill_hosts_in_hostfile_order() -> None:
+    hosts = launcher.with_chief(WORKERS, pod_ip="10.244.3.9", slots=1)
+    assert [launcher.rank_host(hosts, r) for r in range(9)] == (
+        ["10.244.3.9"] + ["10.244.1.7"] * 5 + ["10.244.2.3"] * 2 + [None])
+
+
+def test_horovodruns_failure_report_gives_the_trainings_exit_code() -> None:
+    failure = launcher.find_failure(HOROVODRUN_FAILURE.splitlines())
+    assert failure == Failure(rank=2, exit_code=255)
+    assert launcher.exit_code_for(1, failure) == 255
+    assert launcher.exit_code_for(1, Failure(0, 3)) == 3
+    assert launcher.exit_code_for(1, Failure(0, -9)) == 137  # a rank killed by SIGKILL, as a shell shows it
+    assert launcher.exit_code_for(0, None) == 0
+    assert launcher.exit_code_for(1, None) == 1  # horovodrun's own failure: its code
+    assert launcher.exit_code_for(-15, None) == 143
+    assert launcher.find_failure(["[0]<stdout>:epoch=1 loss=0.3", "Exit code: 7"]) is None
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("120", 120.0), ("90s", 90.0), ("2m", 120.0), ("1.5h", 5400.0),
+                                               ("500ms", 0.5)])
+def test_durations(text: str, seconds: float) -> None:
+    assert launcher.parse_duration(text, name="x") == seconds
+
+
+def test_a_bad_duration_names_its_setting() -> None:
+    with pytest.raises(InvalidInput, match="ssh timeout: 'soon'"):
+        launcher.parse_duration("soon", name="ssh timeout")
+
+
+def test_settings_from_the_chief_pods_environment() -> None:
+    env = {"HOME": "/home/trainer", "DT_POD_IP": "10.244.3.9", "DT_SLOTS": "1", "DT_NUM_PROCESSES": "6",
+           "DT_SSH_PORT": "2022", "DT_TRANSPORT": "gloo", "DT_NETWORK_INTERFACE": "eth0",
+           "DT_SSH_TIMEOUT": "45", "DT_HOSTFILE": "/etc/distributetrain/hostfile/hostfile"}
+    s = launcher.parse_settings(["--", "python3", "train.py", "--epochs", "3"], env)
+    got = (s.pod_ip, s.slots, s.num_processes, s.ssh_port, s.transport, s.network_interface, s.ssh_timeout)
+    assert got == ("10.244.3.9", 1, 6, 2022, "gloo", "eth0", 45.0)
+    assert s.hostfile == Path("/etc/distributetrain/hostfile/hostfile")
+    assert s.identity_file == Path("/home/trainer/.ssh/id_ed25519")
+    assert s.command == ("python3", "train.py", "--epochs", "3")
+
+
+def test_settings_defaults_and_arguments_over_the_environment() -> None:
+    s = launcher.parse_settings(["--slots", "2", "--ssh-port", "2200"],
+                                {"DT_SLOTS": "1", "DT_SSH_IDENTITY": "/run/key"})
+    assert s.slots == 2 and s.ssh_port == 2200 and s.identity_file == Path("/run/key")
+    assert s.hostfile == Path(naming.HOSTFILE_MOUNT_PATH) / naming.HOSTFILE_KEY
+    assert s.command == launcher.DEFAULT_COMMAND == ("python3", naming.TRAIN_SCRIPT_PATH)
+    assert s.num_processes is None and s.transport == "gloo" and s.network_interface is None
+
+
+def test_a_non_integer_environment_value_is_named() -> None:
+    with pytest.raises(InvalidInput, match="DT_SLOTS: 'two'"):
+        launcher.parse_settings([], {"DT_SLOTS": "two"})
+
+
+def test_the_launcher_reads_what_the_chief_pod_sets() -> None:
+    assert (naming.ENTRYPOINT_PATH, naming.ENTRYPOINT_WORKER, naming.ENTRYPOINT_LAUNCHER) == (
+        manifests.ENTRYPOINT, manifests.WORKER_MODE, manifests.LAUNCHER_MODE)
+    for name in ("ENV_SSH_PORT", "ENV_SSH_DIR", "ENV_HOSTFILE", "ENV_NUM_PROCESSES", "ENV_SLOTS",
+                 "ENV_POD_IP", "ENV_NETWORK_INTERFACE", "ENV_TRANSPORT", "ENV_SSH_TIMEOUT"):
+        assert getattr(naming, name) == getattr(manifests, name), name
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    path = tmp_path / "id_ed25519"
+    path.write_bytes(sshkeys.generate("unit").private_openssh())
+    path.chmod(0o600)
+    return path
+
+
+def test_a_worker_that_never_answers_is_named(key: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                              ) -> None:
+    port = _closed_port()
+    (tmp_path / "hostfile").write_text("127.0.0.1 slots=2\n")
+    with caplog.at_level(logging.ERROR, logger="distributetrain.launcher"):
+        code = launcher.main(["--hostfile", str(tmp_path / "hostfile"), "--identity-file", str(key),
+                              "--ssh-port", str(port), "--pod-ip", "127.0.0.9", "--ssh-timeout", "0.2",
+                              "--ssh-delay", "0.1", "--ssh-connect-timeout", "1"])
+    assert code == EXIT_SSH == SshUnreachable.exit_code
+    assert f"worker 127.0.0.1:{port} did not accept the job key" in caplog.text
+    assert "after 3 attempts" in caplog.text and "connection refused" in caplog.text
+
+
+def test_a_hostfile_that_does_not_match_the_plan_stops_before_any_ssh(key: Path, tmp_path: Path) -> None:
+    (tmp_path / "hostfile").write_text("10.0.0.1 slots=5\n")
+    code = launcher.main(["--hostfile", str(tmp_path / "hostfile"), "--identity-file", str(key),
+                          "--pod-ip", "10.0.0.2", "--slots", "1", "--num-processes", "7"])
+    assert code == EXIT_USAGE
+
+
+def test_a_malformed_hostfile_is_named(key: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "hostfile").write_text("10.0.0.1 slots=5\n10.0.0.3 five\n")
+    code = launcher.main(["--hostfile", str(tmp_path / "hostfile"), "--identity-file", str(key),
+                          "--pod-ip", "10.0.0.2"])
+    assert code == EXIT_USAGE
+    assert "line 2" in caplog.text and str(tmp_path / "hostfile") in caplog.text
