@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from bench import model
+from bench.agreement import comparing
 from bench.metrics import summarize
-from bench.model import SpanCost
 from bench.policies import IDEAL, POLICIES, SPANS_MORE_THAN_FEWEST, Context, PlaceFn, planner_policy
 from bench.sim import fill_until_full, frag_table_for, simulate
 from bench.workload import make_cluster, make_trace, sample_sizes
@@ -21,8 +21,10 @@ from bench.workload import make_cluster, make_trace, sample_sizes
 #: a planner policy beyond these two is a new idea of ours and enters the comparison on its own
 _KNOWN_PLANNER_POLICIES = ("optimal", "largest-first")
 
-#: the sensitivity run charges the issue's rough 30% per extra node instead of the derived figure
-ROUGH_SPAN = 0.30
+
+
+#: asked alongside ours at every decision of seed 0 (all span the fewest nodes, so see the same view)
+COMPARED = ("bestfit", "fgd", "mostalloc", "original")
 
 
 @dataclass(frozen=True)
@@ -91,27 +93,28 @@ def run_case(case: Case) -> dict[str, Any]:
     cluster = make_cluster(case.cluster, case.scale)
     mix = model.MIXES[case.mix]
     trace = make_trace(cluster, mix, case.load, case.seed, days=case.days, warmup_days=case.warmup_days)
-    span = model.SPAN_COST if case.span == "derived" else _rough_span()
+    span = model.SPAN_COST if case.span == "derived" else model.ROUGH_SPAN_COST
     table = frag_table_for(mix, cluster)
     places: dict[str, PlaceFn | None] = {**policy_set(Context(cluster.capacity_map(), mix)), IDEAL: None}
     records, series = [], {}
+    counts: dict[str, Any] | None = None
+    if case.seed == 0 and case.span == "derived":
+        others = {k: p for k, p in places.items() if p is not None and k in COMPARED}
+        places["ours"], counts = comparing(places["ours"], others)  # type: ignore[arg-type]
     for key, place in places.items():
         run = simulate(cluster, trace, key, place, frag_table=table, span=span, fewest_only=fewest_only(key))
-        records.append({**asdict(case), "cluster": case.cluster_key, "policy": key,
-                        "metrics": summarize(trace, run, cluster.total_gpus)})
+        metrics = summarize(trace, run, cluster.total_gpus)
+        if key == "ours" and counts is not None:
+            metrics["agreement"] = counts
+        records.append({**asdict(case), "cluster": case.cluster_key, "policy": key, "metrics": metrics})
         if case.seed == 0 and case.load == 0.9 and case.mix == "helios" and case.span == "derived":
             hourly = run.samples[::4]
             hourly = hourly[hourly[:, 0] < trace.horizon]
-            frag = [None if np.isnan(f) else round(float(f), 4) for f in hourly[:, 2]]
+            frag = hourly[:, 2].round(4).tolist()
             series[key] = {"t_hours": (hourly[:, 0] / 3600).round(2).tolist(),
                            "largest_free": hourly[:, 1].tolist(), "fragmentation": frag,
                            "busy": hourly[:, 3].tolist()}
     return {"records": records, "series": {case.cluster_key: series} if series else {}, "jobs": len(trace)}
-
-
-def _rough_span() -> SpanCost:
-    # comm_in = 0 makes per_extra_node equal comm_cross exactly
-    return SpanCost(comm_cross=ROUGH_SPAN, comm_in=0.0)
 
 
 def run_fill(args: tuple[str, str, str, int]) -> list[dict[str, Any]]:

@@ -19,11 +19,6 @@ def _mean(values: npt.NDArray[np.float64]) -> float:
     return float(values.mean()) if len(values) else float("nan")
 
 
-def _nanmean(values: npt.NDArray[np.float64]) -> float:
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if len(values) else float("nan")
-
-
 def _p99(values: npt.NDArray[np.float64]) -> float:
     return float(np.percentile(values, 99)) if len(values) else float("nan")
 
@@ -58,7 +53,7 @@ def summarize(trace: Trace, run: RunResult, total_gpus: int) -> Summary:
         "wait_p99": _p99(wait),
         "by_bucket": by_bucket,
         "largest_free_mean": _mean(state[:, 1]),
-        "fragmentation_mean": _nanmean(state[:, 2]),
+        "fragmentation_mean": _mean(state[:, 2]),
         "busy_share": _mean(state[:, 3]) / total_gpus,
     }
 
@@ -76,6 +71,8 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     records = list(records)
     ideal = {(r["cluster"], r["mix"], r["load"], r["span"], r["seed"]): r["metrics"] for r in records
              if r["policy"] == "ideal"}
+    bestfit = {(r["cluster"], r["mix"], r["load"], r["span"], r["seed"]): r["metrics"] for r in records
+               if r["policy"] == "bestfit"}
     groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["cluster"], r["mix"], r["load"], r["span"], r["policy"]), []).append(r)
@@ -93,6 +90,12 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             ratios = [run["metrics"][key] / b for run, b in zip(runs, bound, strict=True)]
             row[f"{key}_vs_ideal"] = float(np.mean(ratios))
             row[f"{key}_vs_ideal_range"] = [float(min(ratios)), float(max(ratios))]
+            # paired with BestFit on the same trace; a geometric mean, as ratios above and below 1 balance
+            paired = [run["metrics"][key] / bestfit[(cluster, mix, load, span, run["seed"])][key]
+                      for run in runs if (cluster, mix, load, span, run["seed"]) in bestfit]
+            if paired:
+                row[f"{key}_vs_bestfit"] = float(np.exp(np.mean(np.log(paired))))
+                row[f"{key}_vs_bestfit_range"] = [float(min(paired)), float(max(paired))]
         row["by_bucket"] = {
             name: {stat: float(np.mean([run["metrics"]["by_bucket"][name][stat] for run in runs]))
                    for stat in ("wait_mean", "wait_p99", "jct_mean")}

@@ -10,13 +10,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import ScalarFormatter
 
 from bench.metrics import pick
 from bench.model import BUCKETS, LOADS
 from bench.policies import label
 
-ORDER = ("ideal", "ours", "bestfit", "fgd", "mostalloc", "leastfree", "original")
-COLORS = {"ideal": "#000000", "ours": "#d62728", "bestfit": "#1f77b4", "fgd": "#2ca02c",
+ORDER = ("ideal", "ours", "ours-smallfirst", "bestfit", "fgd", "mostalloc", "leastfree", "original")
+COLORS = {"ideal": "#000000", "ours": "#d62728", "ours-smallfirst": "#e377c2", "bestfit": "#1f77b4",
+          "fgd": "#2ca02c",
           "mostalloc": "#9467bd", "leastfree": "#8c564b", "original": "#ff7f0e"}
 
 
@@ -26,7 +28,7 @@ def ordered(policies: Sequence[str]) -> list[str]:
 
 
 def _color(policy: str) -> str:
-    return COLORS.get(policy, "#e377c2")
+    return COLORS.get(policy, "#7f7f7f")
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -56,18 +58,16 @@ def jct_vs_load(rows: Sequence[Mapping[str, Any]], clusters: Sequence[str], out:
                     linewidth=2.5 if policy == "ours" else 1.4)
             ax.fill_between(LOADS, lows, highs, color=_color(policy), alpha=0.08)
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
-        ax.set_yscale("log")
         ax.set_title(cluster)
         ax.set_xlabel("offered load")
         ax.set_ylabel("JCT (8+ GPUs) / ideal")
         ax.set_xticks(LOADS)
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(clusters):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.02))
-    fig.subplots_adjust(bottom=0.2)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
@@ -78,25 +78,34 @@ def excess_bars(rows: Sequence[Mapping[str, Any]], clusters: Sequence[str], metr
     """How far above the ideal bound each policy is, in percent on a log scale (so 0.5% and 150% both show):
     one group of bars per cluster, one bar per policy."""
     policies = [p for p in ordered(sorted({r["policy"] for r in rows})) if p != "ideal"]
-    fig, ax = plt.subplots(figsize=(12, 4.6))
+    fig, ax = plt.subplots(figsize=(12, 5.2))
     width = 0.8 / len(policies)
-    floor = 0.01
-    for i, policy in enumerate(policies):
-        values = []
+    excess: dict[str, list[float]] = {}
+    for policy in policies:
+        excess[policy] = []
         for cluster in clusters:
             row = pick(rows, cluster=cluster, mix=mix, load=load, span="derived", policy=policy)
-            values.append(max(floor, 100 * (row[0][metric] - 1)) if row else float("nan"))
+            excess[policy].append(100 * (row[0][metric] - 1) if row else float("nan"))
+    positive = [v for values in excess.values() for v in values if v > 0]
+    floor = min(positive) / 2 if positive else 0.01
+    for i, policy in enumerate(policies):
         xs = [c + (i - (len(policies) - 1) / 2) * width for c in range(len(clusters))]
-        ax.bar(xs, values, width=width, color=_color(policy), label=label(policy))
+        ax.bar(xs, [max(floor, v) for v in excess[policy]], width=width, color=_color(policy),
+               label=label(policy))
     ax.set_xticks(range(len(clusters)))
     ax.set_xticklabels(clusters)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.set_ylim(bottom=floor)
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8, ncol=3, loc="upper left")
-    ax.set_title(f"{ylabel} at load {load} ({mix} mix); lower is better, the bound is at the bottom")
-    return _save(fig, out)
+    ax.set_title(f"{ylabel} at load {load} ({mix} mix); lower is better, 0 is the bound")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def fill_bars(fill_rows: Sequence[Mapping[str, Any]], clusters: Sequence[str], out: Path) -> Path:
@@ -128,30 +137,40 @@ def fill_bars(fill_rows: Sequence[Mapping[str, Any]], clusters: Sequence[str], o
 
 
 def state_over_time(series: Mapping[str, Mapping[str, Mapping[str, list[float]]]], out: Path) -> Path:
-    """Largest free block and fragmentation over time, one row per showcased cluster."""
+    """Per showcased cluster: largest free block, stranded free GPUs, GPUs in use, hour by hour."""
     clusters = sorted(series)
-    fig, axes = plt.subplots(len(clusters), 2, figsize=(13, 3.4 * len(clusters)), squeeze=False)
+    fig, axes = plt.subplots(len(clusters), 3, figsize=(15, 3.6 * len(clusters)), squeeze=False)
     for row, cluster in enumerate(clusters):
         runs = series[cluster]
+        total = None
         for policy in ordered(list(runs)):
-            if policy == "ideal":
-                continue
             data = runs[policy]
             width = 2.2 if policy == "ours" else 1.0
-            frag = [float("nan") if f is None else 100 * f for f in data["fragmentation"]]
-            axes[row][0].plot(data["t_hours"], data["largest_free"], color=_color(policy),
-                              label=label(policy), linewidth=width, drawstyle="steps-post")
-            axes[row][1].plot(data["t_hours"], frag, color=_color(policy), label=label(policy),
-                              linewidth=width)
+            style = {"color": _color(policy), "label": label(policy), "linewidth": width}
+            if policy == "ideal":
+                total = data
+                continue
+            axes[row][0].plot(data["t_hours"], data["largest_free"], drawstyle="steps-post", **style)
+            axes[row][1].plot(data["t_hours"], [100 * f for f in data["fragmentation"]], **style)
+            axes[row][2].plot(data["t_hours"], data["busy"], **style)
+        if total is not None:
+            axes[row][2].plot(total["t_hours"], total["busy"], color="black", linestyle="--", linewidth=1,
+                              label=label("ideal"))
         axes[row][0].set_title(f"{cluster}, load 0.9, seed 0: largest free block")
         axes[row][0].set_ylabel("GPUs free on one node")
-        axes[row][1].set_title(f"{cluster}: fragmentation (% of free GPUs the next job could not use)")
-        axes[row][1].set_ylabel("%")
+        axes[row][1].set_title(f"{cluster}: stranded free GPUs")
+        axes[row][1].set_ylabel("% of the cluster's GPUs")
+        axes[row][2].set_title(f"{cluster}: GPUs in use")
+        axes[row][2].set_ylabel("GPUs")
         for ax in axes[row]:
             ax.set_xlabel("hours")
             ax.grid(True, alpha=0.3)
-    axes[0][1].legend(fontsize=8)
-    return _save(fig, out)
+    handles, labels = axes[0][2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 def wait_by_bucket(rows: Sequence[Mapping[str, Any]], cluster: str, out: Path) -> Path:
@@ -170,5 +189,9 @@ def wait_by_bucket(rows: Sequence[Mapping[str, Any]], cluster: str, out: Path) -
         ax.set_ylabel("hours")
         ax.set_title(f"{cluster}, load 0.9: queueing delay, {title}")
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    return _save(fig, out)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

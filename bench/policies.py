@@ -54,6 +54,30 @@ def planner_policy(name: str) -> PlaceFn:
     return place
 
 
+def planner_small_nodes_first(ctx: Context) -> PlaceFn:
+    """A proposal for the planner's rule 4: the same free counts as "optimal", but among nodes with equal
+    free counts take the ones with the fewest GPUs in all (smallest allocatable), so the big nodes stay
+    whole when their own jobs end. Rules 1-3 look at free counts only, so this never changes how many nodes
+    a job spans or which free counts remain."""
+    base = planner_policy("optimal")
+    capacity = ctx.capacity
+
+    def place(free: Mapping[str, int], gpus: int) -> Allocation | None:
+        chosen = base(free, gpus)
+        if chosen is None:
+            return None
+        takes: dict[int, list[int]] = {}
+        for name, take in chosen:
+            takes.setdefault(free[name], []).append(take)
+        out: list[tuple[str, int]] = []
+        for value, amounts in takes.items():
+            nodes = sorted((n for n, f in free.items() if f == value), key=lambda n: (capacity[n], n))
+            out += zip(nodes, sorted(amounts, reverse=True), strict=False)
+        return _merge(out)
+
+    return place
+
+
 # ---- the design's original rule, and per-pod scoring by the Kubernetes scheduler ---------------------------
 
 def largest_first_counts(free: Mapping[str, int], gpus: int) -> list[int] | None:
@@ -194,6 +218,7 @@ def fgd(ctx: Context) -> PlaceFn:
 #: uses that to show them fewer nodes (bench/sim.py).
 POLICIES: dict[str, tuple[str, Callable[[Context], PlaceFn]]] = {
     "ours": ("ours (planner optimal)", lambda ctx: planner_policy("optimal")),
+    "ours-smallfirst": ("ours + small nodes first on ties (proposal)", planner_small_nodes_first),
     "original": ("original rule + default spreading", lambda ctx: scheduler_pods(ctx, most_allocated=False)),
     "bestfit": ("Kueue TAS BestFit", lambda ctx: kueue_best_fit),
     "leastfree": ("Kueue TAS LeastFreeCapacity", lambda ctx: kueue_least_free),

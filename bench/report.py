@@ -30,60 +30,6 @@ def _one(rows: Sequence[Row], **where: Any) -> Row | None:
     return got[0] if got else None
 
 
-def goals(rows: Sequence[Row], clusters: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    """The four goals of the issue, each with its numbers and a plain verdict."""
-    out: dict[str, Any] = {}
-    ours = pick(rows, policy="ours")
-    beyond = sum(r["beyond_fewest_jobs"] for r in ours)
-    out["zero_beyond_fewest"] = {"jobs_beyond": beyond, "met": beyond == 0}
-
-    worst: tuple[float, str] = (0.0, "")
-    for r in ours:
-        bf = _one(rows, cluster=r["cluster"], mix=r["mix"], load=r["load"], span=r["span"], policy="bestfit")
-        if bf is None or r["span"] != "derived":
-            continue
-        for key in ("jct_mean_vs_ideal", "jct_mean_8plus_vs_ideal"):
-            ratio = r[key] / bf[key]
-            if ratio > worst[0]:
-                what = key.replace("_vs_ideal", "")
-                worst = (ratio, f"{r['cluster']} {r['mix']} load {r['load']} ({what})")
-    out["vs_bestfit"] = {"worst_ratio": worst[0], "where": worst[1], "met": worst[0] <= 1.01}
-
-    vs_original, gap = [], []
-    for cluster in clusters:
-        mine = _one(rows, cluster=cluster, mix="helios", load=0.9, span="derived", policy="ours")
-        orig = _one(rows, cluster=cluster, mix="helios", load=0.9, span="derived", policy="original")
-        bf = _one(rows, cluster=cluster, mix="helios", load=0.9, span="derived", policy="bestfit")
-        if mine and orig:
-            vs_original.append((cluster, mine["jct_mean_8plus"] / orig["jct_mean_8plus"]))
-        if mine and bf and not cluster.startswith("C1"):
-            bf_gap = bf["jct_mean_8plus_vs_ideal"] - 1
-            gain = bf["jct_mean_8plus_vs_ideal"] - mine["jct_mean_8plus_vs_ideal"]
-            closed = gain / bf_gap if bf_gap > 0 else 0.0
-            gap.append((cluster, bf["jct_mean_8plus_vs_ideal"], mine["jct_mean_8plus_vs_ideal"], closed))
-    out["vs_original"] = {"ratios": vs_original, "met": all(r <= 1 / 1.5 for _, r in vs_original)}
-    out["gap_closed"] = {"rows": gap, "met": all(c >= 0.5 for *_, c in gap)}
-
-    def verdict(ok: bool) -> str:
-        return "**met**" if ok else "**not met**"
-
-    lines = [
-        table(["goal", "result", "verdict"], [
-            ["zero nodes beyond the fewest possible, for every job we place",
-             f"{beyond} job(s) over all runs spanned more nodes than the fewest possible",
-             verdict(beyond == 0)],
-            ["never more than 1% worse than BestFit (mean JCT, all jobs and 8+ GPUs), any cluster/load/mix",
-             f"worst: ours/BestFit = {_f(worst[0], 3)} ({worst[1]})", verdict(out["vs_bestfit"]["met"])],
-            ["JCT of 8+ GPU jobs at load 0.9 at most 1/1.5 (0.667) of the original rule's",
-             ", ".join(f"{c}: {_f(r, 3)}" for c, r in vs_original), verdict(out["vs_original"]["met"])],
-            ["close at least half of BestFit's gap to the ideal bound (8+ GPU JCT) on C2/C3 at load 0.9",
-             ", ".join(f"{c}: BestFit {_f(b, 3)}x, ours {_f(o, 3)}x, closed {_f(100 * c2, 0)}%"
-                       for c, b, o, c2 in gap), verdict(out["gap_closed"]["met"])],
-        ]),
-    ]
-    return "\n".join(lines), out
-
-
 def jct_table(rows: Sequence[Row], clusters: Sequence[str], policies: Sequence[str], metric: str,
               mix: str = "helios", loads: Sequence[float] = model.LOADS, span: str = "derived") -> str:
     header = ["cluster", "load", *[label(p) for p in policies]]
@@ -156,18 +102,43 @@ def wait_table(rows: Sequence[Row], cluster: str, policies: Sequence[str]) -> st
 
 
 def speed_section(speed: Mapping[str, Any]) -> str:
+    """Each speed bench's dict: a "markdown" string as is; else lists of records as tables, the rest as a
+    measure/value table."""
     parts = []
     for name, result in speed.items():
         parts.append(f"### {name}\n")
         if isinstance(result, Mapping) and "skipped" in result:
             parts.append(f"Not run: {result['skipped']}\n")
             continue
+        if isinstance(result, Mapping) and "failed" in result:
+            parts.append(f"**Failed:**\n\n```\n{result['failed']}\n```\n")
+            continue
         if isinstance(result, Mapping) and isinstance(result.get("markdown"), str):
             parts.append(result["markdown"] + "\n")
             continue
-        flat = _flatten(result)
-        parts.append(table(["measure", "value"], [[k, v] for k, v in flat]) + "\n")
+        scalars: dict[str, Any] = {}
+        for key, value in (result.items() if isinstance(result, Mapping) else [("result", result)]):
+            if _is_records(value):
+                columns = list(dict.fromkeys(k for record in value for k in record))
+                parts.append(f"{key}:\n\n" + table(columns, [[_cell(record.get(c)) for c in columns]
+                                                             for record in value]) + "\n")
+            else:
+                scalars[key] = value
+        if scalars:
+            parts.append(table(["measure", "value"], [[k, v] for k, v in _flatten(scalars)]) + "\n")
     return "\n".join(parts)
+
+
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -176,9 +147,7 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
         for k, v in value.items():
             out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
         return out
-    if isinstance(value, float):
-        return [(prefix, f"{value:.4g}")]
-    text = json.dumps(value) if isinstance(value, list | tuple) else str(value)
+    text = _cell(value)
     return [(prefix, text if len(text) < 200 else text[:200] + "...")]
 
 
@@ -196,3 +165,27 @@ def write_plots(placement: Mapping[str, Any], rows: Sequence[Row], clusters: Seq
     showcase = next((c for c in ("C2-large", "C2-small") if c in clusters), clusters[0])
     made.append(plots.wait_by_bucket(rows, showcase, img / "wait_by_size.png"))
     return made
+
+
+def agreement_table(records: Sequence[Row], clusters: Sequence[str], compared: Sequence[str]) -> str:
+    """Share of ours' decisions (seed 0, load 0.9) another policy would have made differently."""
+    body = []
+    for mix, cluster in ((m, c) for m in model.MIXES for c in clusters):
+        found = [r["metrics"]["agreement"] for r in records
+                 if r["cluster"] == cluster and r["policy"] == "ours" and r["mix"] == mix
+                 and r["load"] == 0.9 and r["span"] == "derived" and "agreement" in r["metrics"]]
+        if not found:
+            continue
+        counts = found[0]
+        one, multi = counts["decisions"]["one_node"], counts["decisions"]["multi_node"]
+        cells = []
+        for key in compared:
+            differ = counts["differ"].get(key)
+            if differ is None:
+                cells.append("")
+                continue
+            cells.append(f"{100 * differ['one_node'] / max(one, 1):.1f}% / "
+                         f"{100 * differ['multi_node'] / max(multi, 1):.1f}%")
+        body.append([mix, cluster, f"{one:,} / {multi:,}", *cells])
+    return table(["mix", "cluster", "decisions (one-node / multi-node jobs)", *[label(k) for k in compared]],
+                 body)

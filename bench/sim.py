@@ -58,6 +58,7 @@ class Nodes:
             self.members.setdefault((self.cap[i], self.cap[i]), []).append(position)
             self.by_free[self.cap[i]] += 1
         self.total_free = sum(self.cap)
+        self.capacity_total = self.total_free
 
     def view(self, per_class: int) -> dict[str, int]:
         """The first-named `per_class` nodes of every class with free GPUs (see the module docstring)."""
@@ -112,17 +113,16 @@ class Nodes:
         return next((v for v in range(self.largest, 0, -1) if self.by_free[v]), 0)
 
     def fragmentation(self, table: list[float]) -> float:
-        """Share of the free GPUs that the next job, drawn from the size mix, could not use on their node
-        (FGD's expected fragmentation divided by the free GPUs); undefined when nothing is free."""
-        if self.total_free == 0:
-            return math.nan
-        return sum(self.by_free[v] * table[v] for v in range(1, self.largest + 1)) / self.total_free
+        """Free GPUs the next job, drawn from the size mix, could not use on their node (FGD's expected
+        fragmentation, summed over nodes), as a share of all the cluster's GPUs. Divided by the cluster's
+        GPUs, not the free ones, so a nearly full cluster does not make a few stranded GPUs look huge."""
+        return sum(self.by_free[v] * table[v] for v in range(1, self.largest + 1)) / self.capacity_total
 
 
 @dataclass(frozen=True)
 class RunResult:
     """Per job (trace order): start, end, nodes spanned, the fewest possible then, the fewest on an empty
-    cluster. `samples` rows: time, largest free block, fragmentation, busy GPUs."""
+    cluster. `samples` rows: time, largest free block, stranded share (Nodes.fragmentation), busy GPUs."""
 
     policy: str
     start: npt.NDArray[np.float64]
@@ -192,7 +192,7 @@ def simulate(cluster: Cluster, trace: Trace, policy: str, place: PlaceFn | None,
                     break
                 held[job] = nodes.take(allocation, g)
                 spanned[job] = len(allocation)
-                slowdown = span.slowdown(len(allocation) - empty_min[g])
+                slowdown = span.slowdown(len(allocation), empty_min[g])
             queue.popleft()
             start[job] = now
             end[job] = now + duration[job] * slowdown

@@ -1,13 +1,13 @@
 """Shared fixtures: a real local cluster (HTTPS API server, simulated kubelets by default) per test.
 
-    def test_x(local_cluster):                      # nodes [5, 3, 2], sim runtime, GPU taints on
-        v1 = kubernetes.client.CoreV1Api(local_cluster.api_client())
-        local_cluster.kubectl("get", "pods")
+def test_x(local_cluster):                      # nodes [5, 3, 2], sim runtime, GPU taints on
+    v1 = kubernetes.client.CoreV1Api(local_cluster.api_client())
+    local_cluster.kubectl("get", "pods")
 
-    def test_y(local_cluster_factory):
-        cluster = local_cluster_factory(nodes=[8, 8], runtime="sim", gpu_taint=False,
-                                        behaviors=[(lambda p: p["metadata"]["name"].endswith("-chief"),
-                                                    Behavior(log="done\\n", exit_code=0, exit_after=0.5))])
+def test_y(local_cluster_factory):
+    cluster = local_cluster_factory(nodes=[8, 8], runtime="sim", gpu_taint=False, cpu_nodes=1,
+                                    behaviors=[(lambda p: p["metadata"]["name"].endswith("-chief"),
+                                                Behavior(log="done\\n", exit_code=0, exit_after=0.5))])
 """
 
 from __future__ import annotations

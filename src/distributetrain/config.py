@@ -43,7 +43,7 @@ __all__ = ["JobSpec", "ManagerIdentity", "Toleration", "env_name"]
 
 PLACEMENT_POLICIES = tuple(POLICIES)
 # What the chief runs when no command is given: the base image's Horovod training script.
-DEFAULT_COMMAND = ("python3", "/opt/distributetrain/Train.py")
+DEFAULT_COMMAND = ("python3", naming.TRAIN_SCRIPT_PATH)
 DEFAULT_MOUNT_PATH = "/workspace"
 
 # Environment variables: one per field, `DT_` + the field name in capitals.
@@ -153,6 +153,14 @@ def env_name(field_name: str) -> str:
     return ENV_PREFIX + field_name.upper()
 
 
+_OPTION_NAMES = {"tolerations": "--toleration", "placement_policy": "--policy"}
+
+
+def option_name(field_name: str) -> str:
+    """The command-line option of a field (cli/job.py)."""
+    return _OPTION_NAMES.get(field_name, "--" + field_name.replace("_", "-"))
+
+
 _PARSERS: dict[str, Parser] = {
     "gpus": parse_gpus, "image": parse_image, "job_name": parse_job_name, "namespace": parse_namespace,
     "command": parse_command, "resource": parse_resource, "tolerations": parse_tolerations,
@@ -175,12 +183,12 @@ def _build(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
     for spec_field in fields(JobSpec):
         name, var = spec_field.name, env_name(spec_field.name)
         raw = args.get(name)
-        where = f"--{name.replace('_', '-')}"
+        where = option_name(name)
         if raw is None and var in env:
             raw, where = env[var], f"{var}"
         if raw is None:
             if spec_field.default is MISSING:
-                problems.append(f"{name}: required; give --{name.replace('_', '-')} or set {var}")
+                problems.append(f"{name}: required; give {option_name(name)} or set {var}")
             continue
         try:
             values[name] = _PARSERS[name](raw)

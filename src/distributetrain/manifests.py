@@ -1,7 +1,7 @@
 """Builders of every object a job creates: plain dicts as the API takes them. No I/O here.
 
-The contract with the base image (base-image/, the IMAGES part) is the entrypoint, its two modes and the
-DT_* environment variables below; a worker runs sshd on the job's port, the chief runs the launcher.
+The contract with the base image (base-image/) is the entrypoint, its two modes and the DT_* environment
+variables (naming.py): a worker runs sshd on the job's port, the chief runs the launcher.
 """
 
 from __future__ import annotations
@@ -16,26 +16,26 @@ from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.planner import Entry
 from distributetrain.sshkeys import KeyPair
 
-ENTRYPOINT = "/usr/local/bin/distributetrain-entrypoint"
-WORKER_MODE = "worker"
-LAUNCHER_MODE = "launcher"
+# The base image's entrypoint, its modes and the DT_* variables it reads are naming.py's (shared with the
+# launcher and base-image/entrypoint.sh); re-exported here for the readers of this module.
+ENTRYPOINT = naming.ENTRYPOINT_PATH
+WORKER_MODE = naming.ENTRYPOINT_WORKER
+LAUNCHER_MODE = naming.ENTRYPOINT_LAUNCHER
+ENV_SSH_PORT = naming.ENV_SSH_PORT
+ENV_SSH_DIR = naming.ENV_SSH_DIR
+ENV_HOSTFILE = naming.ENV_HOSTFILE
+ENV_NUM_PROCESSES = naming.ENV_NUM_PROCESSES
+ENV_SLOTS = naming.ENV_SLOTS
+ENV_POD_IP = naming.ENV_POD_IP
+ENV_NETWORK_INTERFACE = naming.ENV_NETWORK_INTERFACE
+ENV_TRANSPORT = naming.ENV_TRANSPORT
+ENV_SSH_TIMEOUT = naming.ENV_SSH_TIMEOUT
+ENV_JOB_NAME = "DT_JOB_NAME"  # informational: which job a pod belongs to, for its own logs
 WORKER_CONTAINER = "worker"
 CHIEF_CONTAINER = "launcher"
 SSH_VOLUME = "ssh"
 HOSTFILE_VOLUME = "hostfile"
 WORK_VOLUME = "work"
-
-# Environment the entrypoint reads (both modes unless noted)
-ENV_JOB_NAME = "DT_JOB_NAME"
-ENV_SSH_PORT = "DT_SSH_PORT"
-ENV_SSH_DIR = "DT_SSH_DIR"                # the mounted Secret: id_ed25519, id_ed25519.pub, authorized_keys
-ENV_HOSTFILE = "DT_HOSTFILE"              # chief: the workers' `IP slots=N` lines
-ENV_NUM_PROCESSES = "DT_NUM_PROCESSES"    # chief: horovodrun -np, the job's GPUs in total
-ENV_SLOTS = "DT_SLOTS"                    # chief: its own processes, added to the hostfile under DT_POD_IP
-ENV_POD_IP = "DT_POD_IP"                  # chief: its own IP (downward API)
-ENV_NETWORK_INTERFACE = "DT_NETWORK_INTERFACE"  # chief: --network-interface (unset: Horovod picks)
-ENV_TRANSPORT = "DT_TRANSPORT"            # chief: gloo or mpi
-ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"        # chief: seconds to wait for every worker's sshd to accept the key
 
 # sshd starts as root and drops to its privilege-separation user: it needs to change uid/gid, chroot into
 # /run/sshd, chown the session's files, signal its children and write audit records. Nothing else.

@@ -12,6 +12,7 @@ run: launch, supervise, and on any failure or signal delete everything the job o
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
 import threading
 import time
@@ -33,7 +34,7 @@ from distributetrain.errors import (
 )
 from distributetrain.hostfile import HostSlots
 from distributetrain.k8s import AlreadyExists, Kube, NotFound
-from distributetrain.supervisor import JOB_KINDS, Reporter, delete_job, supervise
+from distributetrain.supervisor import JOB_KINDS, Reporter, delete_job, expected_processes, supervise
 from distributetrain.watching import Watched
 
 T = TypeVar("T")
@@ -60,8 +61,11 @@ class Orchestrator:
     """One job, driven from one manager process."""
 
     def __init__(self, kube: Kube, spec: JobSpec, *, owner: ManagerIdentity | None = None,
-                 reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
+                 reporter: Reporter | None = None, started_at: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep) -> None:
+        """`started_at` (epoch seconds): when the manager started, if before this process (Manager.sh runs
+        the two phases as two processes); the active deadline counts from it."""
         self.kube = kube
         self.spec = spec
         self.owner = owner
@@ -69,7 +73,7 @@ class Orchestrator:
         self.run_id = uuid.uuid4().hex
         self._clock = clock
         self._sleep = sleep
-        self._started = clock()
+        self._started = clock() - (max(0.0, time.time() - started_at) if started_at is not None else 0.0)
         self._deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
         self._touched = False  # whether this run created or adopted anything (and may therefore clean up)
 
@@ -92,23 +96,24 @@ class Orchestrator:
             attempts=0, adopted=True)))
 
     def _guarded(self, body: Callable[[], T]) -> T:
-        with _signals_raise_interrupted():
-            try:
+        # the try encloses the signal handling: a held signal fires the moment it is unblocked, on entry
+        try:
+            with _signals_raise_interrupted():
                 return body()
-            except BaseException as err:
-                if self._touched:
-                    why = (str(err) or type(err).__name__).splitlines()[0]
-                    self.reporter.say(f"job {self.spec.job_name} failed ({why}); deleting all it created")
-                    with _signals_ignored():
-                        delete_job(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
-                                   keep_chief=False, reporter=self.reporter)
-                raise
+        except BaseException as err:
+            if self._touched:
+                why = (str(err) or type(err).__name__).splitlines()[0]
+                self.reporter.say(f"job {self.spec.job_name} failed ({why}); deleting all it created")
+                _cleanup(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
+                         reporter=self.reporter)
+            raise
 
     def supervise(self, launched: Launched) -> int:
         self.reporter.say(f"supervising job {launched.job}: chief {launched.chief}, workers "
                           f"{', '.join(launched.workers) or '(none)'}")
         return supervise(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
-                         keep_chief=self.spec.keep_chief, reporter=self.reporter, deadline=self._deadline,
+                         keep_chief=self.spec.keep_chief, reporter=self.reporter,
+                         workers=None if launched.adopted else launched.workers, deadline=self._deadline,
                          schedule_timeout=self.spec.schedule_timeout, clock=self._clock)
 
     # ---- PreTraining ------------------------------------------------------------------------------------
@@ -129,30 +134,39 @@ class Orchestrator:
             names = [self._create(manifests.worker_pod(spec, index=i, entry=e, owner=self.owner))
                      ["metadata"]["name"] for i, e in enumerate(plan.workers)]
             timings["workers_created"] = self._clock() - self._started
-            failure, ready = self._wait_for_gang(names)
+            failure, ready = self._wait_for_pods(names, naming.ROLE_WORKER, podstatus.is_ready)
+            created = list(names)
             if failure is None:
-                break
-            self.reporter.say(f"attempt {attempt + 1}: the workers were not all Ready: {failure}; deleting "
-                              "the gang so no GPU stays held")
-            self._delete_pods(names)
+                timings["workers_ready"] = self._clock() - self._started
+                hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
+                self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+                chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
+                timings["chief_created"] = self._clock() - self._started
+                self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
+                                  f"{plan.chief.gpus} GPU(s); hostfile: {len(hosts)} worker(s)")
+                # the chief belongs to the gang: its GPUs may have been taken since the plan, too
+                created.append(chief["metadata"]["name"])
+                failure, _ = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
+                if failure is None:
+                    timings["chief_started"] = self._clock() - self._started
+                    break
+            self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
+                              "so no GPU stays held")
+            self._delete_gang(created)
             if attempt >= spec.retries:
                 raise ScheduleTimeout(
-                    f"job {spec.job_name}: the workers did not all become Running and Ready within "
+                    f"job {spec.job_name}: the workers and the chief did not all start within "
                     f"{spec.schedule_timeout:g}s, {attempt + 1} time(s): {failure}. Check the reason above, "
                     "then raise --schedule-timeout or --retries, or ask for fewer GPUs")
-            pause = self._bounded(spec.backoff * 2 ** attempt)
-            self.reporter.say(f"re-planning in {pause:g}s (retry {attempt + 1} of {spec.retries})")
+            # jittered: two managers that collided on the same GPUs must not retry in lockstep
+            pause = self._bounded(spec.backoff * 2 ** attempt * (0.5 + random.random()))
+            self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
             self._sleep(pause)
             attempt += 1
             plan = self._plan(attempt=attempt)
-        hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
-        self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
-        chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
-        timings["chief_created"] = self._clock() - self._started
-        self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
-                          f"{plan.chief.gpus} GPU(s); hostfile: {len(hosts)} worker(s)")
+        chief_name = created[-1]
         return Launched(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
-                        chief=chief["metadata"]["name"], attempts=attempt + 1, timings=timings)
+                        chief=chief_name, attempts=attempt + 1, timings=timings)
 
     def _plan(self, *, attempt: int) -> planner.Plan:
         """Inventory the live cluster and plan; with --wait-for-gpus, wait for room (creating nothing)."""
@@ -164,8 +178,10 @@ class Orchestrator:
             nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
             _check_resource_known(nodes, spec.resource)
             tolerations = spec.all_tolerations()
-            rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
-                                       node_selector=spec.node_selector_dict)
+            with k8s.gc_paused():
+                rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
+                                           node_selector=spec.node_selector_dict)
+            del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
             topology = inventory.topology(rows, spec.topology_key) if spec.topology_key else None
             try:
                 plan = planner.plan(inventory.free_gpus(rows), spec.gpus, topology=topology,
@@ -173,7 +189,7 @@ class Orchestrator:
             except CannotPlace as err:
                 if self._clock() + interval > wait_until:
                     waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
-                    raise type(err)(f"{err}{waited}; nothing was created") from None
+                    raise CannotPlace(f"{err}{waited}; nothing was created") from err
                 self.reporter.say(f"waiting for GPUs to free up: {err}")
                 self._sleep(self._bounded(interval))
                 interval = min(GPU_WAIT_MAX_INTERVAL, interval * 2)
@@ -184,60 +200,70 @@ class Orchestrator:
             self.reporter.planned(plan, attempt)
             return plan
 
-    def _wait_for_gang(self, names: list[str]) -> tuple[str | None, dict[str, dict[str, Any]]]:
-        """(None, pods) once every worker is Running and Ready; (why not, pods) on a failure or timeout."""
+    def _wait_for_pods(self, names: list[str], role: str, ok: Callable[[podstatus.Pod], bool]
+                       ) -> tuple[str | None, dict[str, dict[str, Any]]]:
+        """(None, pods) once every named pod is `ok`; (why not, pods) when one ends, vanishes, or the
+        schedule timeout passes first."""
         if not names:
             return None, {}
         until = self._bounded_deadline(self._clock() + self.spec.schedule_timeout)
-        selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={naming.ROLE_WORKER}"
+        selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={role}"
         watched = Watched(self.kube, "pods", self.spec.namespace, selector)
         pods: Mapping[str, dict[str, Any]] = {}
         for pods in watched.changes(deadline=until):
             missing = [n for n in names if n not in pods]
             if missing:
-                return f"worker pod(s) {', '.join(missing)} disappeared", dict(pods)
-            ended = [pods[n] for n in names if podstatus.is_terminated(pods[n])
-                     or podstatus.is_deleting(pods[n])]
+                return f"pod(s) {', '.join(missing)} disappeared", dict(pods)
+            if all(ok(pods[n]) for n in names):
+                return None, dict(pods)
+            ended = [pods[n] for n in names if not ok(pods[n]) and (
+                podstatus.is_terminated(pods[n]) or podstatus.is_deleting(pods[n]))]
             if ended:
                 return "; ".join(podstatus.describe(p) for p in ended), dict(pods)
-            if all(podstatus.is_ready(pods[n]) for n in names):
-                return None, dict(pods)
-        self._check_deadline("waiting for the workers")
-        late = [podstatus.describe(pods[n]) for n in names if n in pods and not podstatus.is_ready(pods[n])]
+        self._check_deadline(f"waiting for the {role} pods")
+        late = [podstatus.describe(pods[n]) for n in names if n in pods and not ok(pods[n])]
         return "; ".join(late) or "timed out", dict(pods)
 
     # ---- objects ----------------------------------------------------------------------------------------
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create, stamped with this run's id. A 409 is adopted when the object is this run's own (a retried
-        POST that had succeeded), refused otherwise."""
+        """Create, stamped with this run's id. A 409 is this run's own object when it carries the stamp (a
+        retried POST that had succeeded): adopted. A 409 for an object that is not there (a conflict that went
+        away) is retried. Anything else with that name is refused, never touched."""
         meta = body["metadata"]
         meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
-        try:
-            return self.kube.create(body)
-        except AlreadyExists as err:
-            kind = k8s.KIND_OF[body["kind"]]
-            existing = self.kube.get(kind, meta["namespace"], meta["name"])
-            stamp = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(RUN_ANNOTATION)
-            if existing and stamp == self.run_id:
-                return existing
-            raise ApiError(f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and was not "
-                           f"created by this manager ({err}); delete it (distributetrain delete "
-                           f"{self.spec.job_name}) or choose another --job-name") from err
-        except NotFound as err:
-            if "namespace" in str(err).lower():
-                raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it or "
-                                   "pass --namespace; nothing was created") from err
-            raise
+        kind = k8s.KIND_OF[body["kind"]]
+        for attempt in range(1, 4):
+            try:
+                return self.kube.create(body)
+            except AlreadyExists as err:
+                existing = self.kube.get(kind, meta["namespace"], meta["name"])
+                if existing is None and attempt < 3:
+                    continue
+                stamp = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(RUN_ANNOTATION)
+                if existing and stamp == self.run_id:
+                    return existing
+                raise ApiError(f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and was "
+                               f"not created by this manager ({err}); delete it (distributetrain delete "
+                               f"{self.spec.job_name}) or choose another --job-name") from err
+            except NotFound as err:
+                if "namespace" in str(err).lower():
+                    raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it "
+                                       "or pass --namespace; nothing was created") from err
+                raise
+        raise AssertionError("unreachable")
 
-    def _delete_pods(self, names: list[str]) -> None:
-        """Delete the gang and wait until its pods are gone, so the re-plan sees their GPUs free."""
+    def _delete_gang(self, names: list[str]) -> None:
+        """Delete the gang (and its hostfile) and wait until its pods are gone, so the re-plan sees their GPUs
+        free."""
         for name in names:
             self.kube.delete("pods", self.spec.namespace, name)
+        hostfile = naming.hostfile_configmap_name(self.spec.job_name)
+        self.kube.delete("configmaps", self.spec.namespace, hostfile)
         watched = Watched(self.kube, "pods", self.spec.namespace, naming.job_selector(self.spec.job_name))
         for pods in watched.changes(deadline=self._clock() + 90.0):
             if not any(n in pods for n in names):
                 return
-        raise ApiError(f"the failed workers {', '.join(names)} were deleted but did not go away within 90s")
+        raise ApiError(f"the gang's pods {', '.join(names)} were deleted but did not go away within 90s")
 
     def _adopt_or_clean(self) -> Launched | None:
         """Objects of an earlier run with this job name: adopt them when their chief still runs with its
@@ -253,7 +279,8 @@ class Orchestrator:
         chief_name = naming.chief_name(spec.job_name)
         chief = pods.get(chief_name)
         live = [p for p in pods.values() if not podstatus.is_terminated(p) and not podstatus.is_deleting(p)]
-        if chief is not None and chief in live and sum(podstatus.gpus(p) for p in live) == _chief_np(chief):
+        whole = chief is not None and sum(podstatus.gpus(p) for p in live) == expected_processes(chief)
+        if chief is not None and chief in live and whole:
             workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
             self.reporter.say(f"adopting the running job {spec.job_name}: chief {chief_name} and "
                               f"{len(workers)} worker(s) from an earlier manager")
@@ -301,23 +328,36 @@ def wait_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool = True,
     """PostTraining for a job launched earlier (`distributetrain wait JOB`): supervise it; on a failure or a
     signal delete everything it owns."""
     reporter = reporter or Reporter()
-    with _signals_raise_interrupted():
-        try:
+    try:
+        with _signals_raise_interrupted():
             return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
-        except BaseException as err:
-            why = (str(err) or type(err).__name__).splitlines()[0]
-            reporter.say(f"job {job} failed ({why}); deleting it")
-            with _signals_ignored():
-                delete_job(kube, job=job, namespace=namespace, keep_chief=False, reporter=reporter)
-            raise
+    except BaseException as err:
+        why = (str(err) or type(err).__name__).splitlines()[0]
+        reporter.say(f"job {job} failed ({why}); deleting it")
+        _cleanup(kube, job=job, namespace=namespace, reporter=reporter)
+        raise
 
 
-def _chief_np(chief: Mapping[str, Any]) -> int:
-    for container in (chief.get("spec") or {}).get("containers") or []:
-        for env in container.get("env") or []:
-            if env.get("name") == manifests.ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
-                return int(env["value"])
-    return -1
+def _cleanup(kube: Kube, *, job: str, namespace: str, reporter: Reporter) -> None:
+    """Delete the whole job after a failure; a failing cleanup is reported, and never hides the failure that
+    caused it."""
+    with _signals_ignored():
+        try:
+            delete_job(kube, job=job, namespace=namespace, keep_chief=False, reporter=reporter)
+        except DistributeTrainError as err:
+            reporter.say(f"cleanup of job {job} failed: {err}; delete it with: distributetrain delete {job} "
+                         f"-n {namespace}")
+
+
+def _started(pod: podstatus.Pod) -> bool:
+    """The chief started (or already ran to its end). A pod Failed by the node itself (OutOfnvidia.com/gpu at
+    admission, NodeLost) never ran: that is a placement failure, retried with the gang."""
+    if podstatus.is_deleting(pod):
+        return False
+    phase = podstatus.phase(pod)
+    if phase == "Failed":
+        return not (pod.get("status") or {}).get("reason") and podstatus.exit_code(pod) is not None
+    return phase in ("Running", "Succeeded")
 
 
 def _check_resource_known(nodes: list[dict[str, Any]], resource: str) -> None:
@@ -344,9 +384,13 @@ def _signals_raise_interrupted() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
+    # the entry scripts of Manager.sh hold these signals from their first line: a held one lands here
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
         yield
     finally:
+        # held again as before (Manager.sh hands a signal that comes now to the next phase), then restored
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

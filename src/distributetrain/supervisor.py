@@ -4,16 +4,17 @@ cleanup every path uses, which only ever touches objects carrying the job's labe
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TextIO
 
 from distributetrain import naming, podstatus
 from distributetrain.errors import ApiError, ChiefLost, DeadlineExceeded, ScheduleTimeout, WorkerFailed
 from distributetrain.k8s import Forbidden, Kube, NotFound
-from distributetrain.manifests import CHIEF_CONTAINER
+from distributetrain.manifests import CHIEF_CONTAINER, ENV_NUM_PROCESSES
 from distributetrain.watching import Snapshot, Watched
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ class LogFollower(threading.Thread):
         self.error: ApiError | None = None  # a refusal (403) that retrying cannot fix; fails the job
 
     def run(self) -> None:
+        # signals belong to the main thread, whose blocking calls they must interrupt to start the cleanup
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         while not self.started.wait(0.5):
             if self.stop.is_set():
                 return
@@ -87,19 +90,27 @@ class LogFollower(threading.Thread):
 
 
 def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter,
-              deadline: float | None = None, schedule_timeout: float = 300.0,
-              clock: Callable[[], float] = time.monotonic) -> int:
+              workers: Sequence[str] | None = None, deadline: float | None = None,
+              schedule_timeout: float = 300.0, clock: Callable[[], float] = time.monotonic) -> int:
     """Watch the job until the chief ends; return its exit code after deleting everything but the chief
     (and the chief too unless `keep_chief`). Raise WorkerFailed, ChiefLost, ScheduleTimeout or
-    DeadlineExceeded at once when those happen (the caller cleans up)."""
+    DeadlineExceeded at once when those happen (the caller cleans up). `workers`: the worker pods launch
+    created; None (a job launched by another process) reads them from the cluster and checks that their GPUs
+    and the chief's add up to the chief's process count."""
     chief_name = naming.chief_name(job)
     watched = Watched(kube, "pods", namespace, naming.job_selector(job))
     first = watched.relist()
     if chief_name not in first:
         raise ChiefLost(f"job {job} in namespace {namespace} has no chief pod {chief_name}; nothing to wait "
                         f"for (see: distributetrain status {job})")
-    workers = sorted(n for n, p in first.items()
-                     if podstatus.role(p) == naming.ROLE_WORKER and not podstatus.is_terminated(p))
+    if workers is None:
+        workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
+        held = sum(podstatus.gpus(first[n]) for n in [*workers, chief_name])
+        expected = expected_processes(first[chief_name])
+        if expected is not None and held < expected:
+            present = ", ".join(workers) or "none"
+            raise WorkerFailed(f"job {job}: its pods hold {held} GPU(s) but the chief runs {expected} "
+                               f"processes: worker pod(s) are missing (present: {present})")
     follower = LogFollower(kube, namespace, chief_name, reporter.chief_line)
     follower.start()
     chief_deadline = clock() + schedule_timeout
@@ -129,6 +140,15 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     reporter.say(f"chief {chief_name} ended with exit code {code}; releasing the workers")
     delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
+
+
+def expected_processes(chief: podstatus.Pod) -> int | None:
+    """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
+    for container in (chief.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
+                return int(env["value"])
+    return None
 
 
 def _earliest(a: float | None, b: float) -> float:

@@ -33,13 +33,21 @@ def chief_behavior(log: str = "epoch 1 loss 0.9\nepoch 2 loss 0.5\n", exit_code:
 
 
 class Recorder(Reporter):
-    """The manager's log, kept for assertions; `on_plan(plan, attempt)` runs right after each plan."""
+    """The manager's log, kept for assertions; `on_plan(plan, attempt)` runs right after each plan and
+    `on_say(message)` after each line the manager writes."""
 
-    def __init__(self, on_plan: Callable[[Plan, int], None] | None = None) -> None:
+    def __init__(self, on_plan: Callable[[Plan, int], None] | None = None,
+                 on_say: Callable[[str], None] | None = None) -> None:
         self.out, self.chief_out = io.StringIO(), io.StringIO()
         super().__init__(self.out, self.chief_out)
         self.plans: list[Plan] = []
         self.on_plan = on_plan
+        self.on_say = on_say
+
+    def say(self, message: str) -> None:
+        super().say(message)
+        if self.on_say is not None:
+            self.on_say(message)
 
     def planned(self, plan: object, attempt: int) -> None:
         assert isinstance(plan, Plan)
@@ -56,7 +64,8 @@ def manager_pod(kube: Kube, name: str = "distributetrain-manager") -> ManagerIde
     """A real pod standing for the manager, so ownerReferences point at something the GC can see."""
     created = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default", "labels": {"app.kubernetes.io/name": "distributetrain"}},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0"}]}})
+        "spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0"}]}})
     return ManagerIdentity(name=name, uid=created["metadata"]["uid"], namespace="default")
 
 

@@ -17,8 +17,12 @@ def pod(name: str, *, gpus: int = 0, **spec: object) -> dict[str, object]:
     container: dict[str, object] = {"name": "main", "image": "busybox:1.36"}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [container], "tolerations": TOLERATE_GPU, **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], "tolerations": TOLERATE_GPU, **spec},
+    }
 
 
 def wait_for(check, timeout: float = 10.0):  # type: ignore[no-untyped-def]
@@ -40,7 +44,9 @@ def test_nodes_as_the_briefing_describes(local_cluster):  # type: ignore[no-unty
     node = nodes["node-1"]
     assert node.metadata.labels["kubernetes.io/hostname"] == "node-1"
     assert node.status.allocatable["cpu"] == "64" and node.status.allocatable["memory"] == "512Gi"
-    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "present", "NoSchedule")]
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+        ("nvidia.com/gpu", "present", "NoSchedule")
+    ]
     ready = next(c for c in node.status.conditions if c.type == "Ready")
     assert ready.status == "True"
 
@@ -65,7 +71,9 @@ def test_watch_sees_changes_after_a_list(local_cluster):  # type: ignore[no-unty
     rv = v1.list_namespaced_pod("default").metadata.resource_version
     v1.create_namespaced_pod("default", pod("w1"))
     seen = []
-    for event in watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5):
+    for event in watch.Watch().stream(
+        v1.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5
+    ):
         seen.append((event["type"], event["object"].metadata.name, event["object"].status.phase))
         if event["object"].status.phase == "Running":
             break
@@ -74,10 +82,18 @@ def test_watch_sees_changes_after_a_list(local_cluster):  # type: ignore[no-unty
 
 
 def test_logs_from_a_behavior(local_cluster_factory):  # type: ignore[no-untyped-def]
-    cluster = local_cluster_factory(behaviors=[(lambda p: p["metadata"]["name"].endswith("-chief"),
-                                                Behavior(log="training done\n", exit_code=0, exit_after=0.2))])
+    cluster = local_cluster_factory(
+        behaviors=[
+            (
+                lambda p: p["metadata"]["name"].endswith("-chief"),
+                Behavior(log="training done\n", exit_code=0, exit_after=0.2),
+            )
+        ]
+    )
     v1 = client.CoreV1Api(cluster.api_client())
     v1.create_namespaced_pod("default", pod("job-chief", restartPolicy="Never"))
-    done = wait_for(lambda: (p := v1.read_namespaced_pod("job-chief", "default")).status.phase == "Succeeded" and p)
+    done = wait_for(
+        lambda: (p := v1.read_namespaced_pod("job-chief", "default")).status.phase == "Succeeded" and p
+    )
     assert done.status.container_statuses[0].state.terminated.reason == "Completed"
     assert v1.read_namespaced_pod_log("job-chief", "default") == "training done\n"

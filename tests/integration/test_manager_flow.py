@@ -28,6 +28,7 @@ from distributetrain.localcluster.runtime.sim import Behavior
 from distributetrain.localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
@@ -109,7 +110,6 @@ def test_worker_deleted_by_someone_stops_the_job(local_cluster_factory: Factory)
     launched = orch.launch()
     kube.delete("pods", "default", "train-worker-0")
     with pytest.raises(WorkerFailed, match="train-worker-0"):
-        orch.run_supervise = None  # noqa: B018 - documents that supervise is driven directly here
         orch._guarded(lambda: orch.supervise(launched))
     assert leftovers(cluster, "train") == {}
 
@@ -133,7 +133,8 @@ def test_gpus_taken_between_plan_and_create(local_cluster_factory: Factory) -> N
     def take_gpu_on_planned_node(plan: Any, attempt: int) -> None:
         if attempt == 0:  # someone else grabs one GPU of the node our 5-GPU worker is about to be pinned to
             node = plan.workers[0].node
-            admin.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder", "namespace": "default"},
+            admin.create({"apiVersion": "v1", "kind": "Pod",
+                          "metadata": {"name": "intruder", "namespace": "default"},
                           "spec": {"nodeName": node, "restartPolicy": "Never",
                                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                                    "containers": [{"name": "c", "image": IMAGE, "resources": {
@@ -188,3 +189,68 @@ def test_invalid_against_the_cluster_exits_2_creating_nothing(local_cluster_fact
     assert orch.kube.requests["create"] <= 1  # at most the refused Secret
     assert leftovers(cluster, "train", fields.get("namespace", "default")) == {}
     assert leftovers(cluster, "train") == {}
+
+
+def test_a_job_that_fits_one_node_is_a_chief_alone(local_cluster_factory: Factory) -> None:
+    cluster = local_cluster_factory(behaviors=[chief_behavior()])
+    kube = Kube(cluster.api_client())
+    orch, recorder = orchestrator(cluster, spec(gpus="2", keep_chief="true"), kube=kube)
+    assert orch.run() == 0
+    assert [(e.node, e.gpus) for e in recorder.plans[0].allocation] == [("node-3", 2)]  # the tightest fit
+    assert "workers (none)" in recorder.text and "hostfile: 0 worker(s)" in recorder.text
+    assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
+
+
+def blocker(kube: Kube, node: str, gpus: int) -> None:
+    kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "blocker", "namespace": "default"},
+                 "spec": {"nodeName": node, "restartPolicy": "Never",
+                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                          "containers": [{"name": "c", "image": IMAGE, "resources": {
+                              "limits": {"nvidia.com/gpu": str(gpus)}}}]}})
+
+
+def test_wait_for_gpus_creates_nothing_while_waiting_then_proceeds(local_cluster_factory: Factory) -> None:
+    cluster = local_cluster_factory(behaviors=[chief_behavior()])
+    admin = Kube(cluster.api_client())
+    blocker(admin, "node-1", 5)  # 5 of 10 GPUs held: 6 do not fit
+
+    def release_when_waiting(message: str) -> None:
+        if message.startswith("waiting for GPUs"):
+            assert leftovers(cluster, "train") == {}  # nothing created while waiting
+            admin.delete("pods", "default", "blocker")
+
+    recorder = Recorder(on_say=release_when_waiting)
+    orch, _ = orchestrator(cluster, spec(wait_for_gpus="60s"), recorder=recorder)
+    assert orch.run() == 0
+    assert "waiting for GPUs to free up: cannot place 6 GPU(s)" in recorder.text
+    assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
+
+
+def test_wait_for_gpus_gives_up_clearly(local_cluster_factory: Factory) -> None:
+    cluster = local_cluster_factory()
+    blocker(Kube(cluster.api_client()), "node-1", 5)
+    orch, recorder = orchestrator(cluster, spec(wait_for_gpus="3s"))
+    with pytest.raises(CannotPlace) as caught:
+        orch.run()
+    assert caught.value.exit_code == 3
+    assert "(after waiting 3s); nothing was created" in str(caught.value)
+    assert recorder.text.count("waiting for GPUs") >= 1
+    assert orch.kube.requests["create"] == 0 and leftovers(cluster, "train") == {}
+
+
+def test_chief_gpus_taken_before_it_is_created_replans_the_whole_gang(local_cluster_factory: Factory) -> None:
+    cluster = local_cluster_factory(behaviors=[chief_behavior()])
+    admin = Kube(cluster.api_client())
+
+    def take_the_chiefs_node(plan: Any, attempt: int) -> None:
+        if attempt == 0:
+            blocker(admin, plan.chief.node, 2)
+
+    recorder = Recorder(on_plan=take_the_chiefs_node)
+    orch, _ = orchestrator(cluster, spec(schedule_timeout="3s"), recorder=recorder)
+    assert orch.run() == 0
+    assert [(e.node, e.gpus) for e in recorder.plans[0].allocation] == [("node-1", 5), ("node-3", 1)]
+    assert [(e.node, e.gpus) for e in recorder.plans[1].allocation] == [("node-1", 5), ("node-2", 1)]
+    assert "pod train-chief planned for node node-3: not scheduled" in recorder.text
+    assert "deleting the gang so no GPU stays held" in recorder.text
+    assert leftovers(cluster, "train") == {"pods": ["train-chief"]}

@@ -15,6 +15,7 @@ from bench.policies import (
     kueue_least_free,
     largest_first_counts,
     planner_policy,
+    planner_small_nodes_first,
     scheduler_pods,
 )
 
@@ -83,6 +84,15 @@ def test_fgd_puts_a_job_where_expected_fragmentation_grows_least() -> None:
 def test_ours_is_the_planner() -> None:
     assert planner_policy("optimal")({"a": 7, "b": 4, "c": 4, "d": 4}, 8) == (("b", 4), ("c", 4))
     assert planner_policy("optimal")({"a": 1}, 2) is None
+
+
+def test_the_proposal_keeps_the_planners_free_counts_but_fills_small_nodes_first() -> None:
+    caps = {"a": 8, "b": 2, "c": 8, "d": 4}
+    free = {"a": 2, "b": 2, "c": 8, "d": 4}
+    small_first = planner_small_nodes_first(Context(caps, {1: 1.0}))
+    assert planner_policy("optimal")(free, 2) == (("a", 2),)
+    assert small_first(free, 2) == (("b", 2),)  # the 8-GPU node keeps its 2 for when its jobs end
+    assert small_first(free, 10) == (("c", 8), ("b", 2))
 
 
 @pytest.mark.parametrize("key", sorted(POLICIES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -38,8 +39,8 @@ def test_the_ideal_bound_starts_and_ends_every_job_no_later_than_any_policy(smal
     for key, run in results.items():
         assert np.all(ideal.start <= run.start + 1e-6), key
         assert np.all(ideal.end <= run.end + 1e-6), key
-    # and the comparison is not vacuous: spreading policies lose real time on this trace
-    assert results["original"].end.mean() > 1.05 * ideal.end.mean()
+    # and the comparison is not vacuous: under spreading many jobs finish later than the bound
+    assert np.mean(results["original"].end > ideal.end + 1) > 0.2
 
 
 def test_strict_fcfs_starts_jobs_in_arrival_order_and_never_before_they_arrive(small: tuple) -> None:
@@ -62,7 +63,8 @@ def test_run_time_grows_by_the_span_cost_per_extra_node(small: tuple) -> None:
     run = runs(cluster, trace)["leastfree"]
     extra = run.nodes - run.fewest_empty
     assert extra.max() > 0
-    expected = trace.duration * (1 + model.SPAN_COST.per_extra_node * extra)
+    expected = trace.duration * np.array([model.SPAN_COST.slowdown(int(k), int(k0))
+                                          for k, k0 in zip(run.nodes, run.fewest_empty, strict=True)])
     assert np.allclose(run.end - run.start, expected)
 
 
@@ -70,8 +72,16 @@ def test_the_span_cost_follows_from_the_bandwidth_figures() -> None:
     cost = model.SPAN_COST
     assert cost.comm_cross == pytest.approx(((1 / 0.9 - 1) + (1 / 0.68 - 1)) / 2)
     assert cost.comm_cross / cost.comm_in == pytest.approx(230 / 74)
-    assert 0.15 < cost.per_extra_node < 0.22
-    assert SpanCost(comm_cross=0.3, comm_in=0.0).slowdown(2) == pytest.approx(1.6)
+    # a one-node job split in two moves its all-reduce from in-node to cross-node bandwidth
+    assert cost.first_extra_node == pytest.approx((1 + cost.comm_cross) / (1 + cost.comm_in) - 1)
+    assert 0.15 < cost.first_extra_node < 0.22
+    # every extra node costs something, each less than the one before; none when on the fewest nodes
+    steps = [cost.slowdown(k, 1) for k in range(1, 10)]
+    assert steps[0] == 1.0 and all(b > a for a, b in pairwise(steps))
+    gains = [b - a for a, b in pairwise(steps)]
+    assert all(later < earlier for earlier, later in pairwise(gains))
+    assert cost.slowdown(16, 8) < 1.05
+    assert SpanCost(comm_cross=0, comm_in=0, linear_per_node=0.3).slowdown(4, 2) == pytest.approx(1.6)
 
 
 def test_the_view_a_policy_sees_gives_the_same_choice_as_the_whole_cluster() -> None:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity, env_name
+from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity, env_name, option_name
 from distributetrain.errors import EXIT_USAGE, InvalidInput
 from distributetrain.inputs import MAX_GPUS, parse_duration
 from distributetrain.inventory import Toleration
@@ -107,7 +107,7 @@ def test_command_as_json_list() -> None:
 def test_invalid_field_is_named(field: str, value: object, fragment: str) -> None:
     extra = {"volume_claim": "data"} if field == "mount_path" else {}
     message = problems({field: value, **extra})
-    assert f"{field} (--{field.replace('_', '-')})" in message
+    assert f"{field} ({option_name(field)})" in message
     assert fragment in message
     assert "nothing was created" in message
 

@@ -130,8 +130,10 @@ def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
     from distributetrain.orchestrator import Orchestrator
 
+    started = os.environ.get("DT_MANAGER_STARTED_AT", "")  # set by Manager.sh: the deadline spans both phases
     return Orchestrator(_kube(params["kubeconfig"], params["context"]), spec,
-                        owner=ManagerIdentity.from_env(os.environ))
+                        owner=ManagerIdentity.from_env(os.environ),
+                        started_at=float(started) if started.replace(".", "", 1).isdigit() else None)
 
 
 @click.command("run", epilog=_FLOW, context_settings={"ignore_unknown_options": False})

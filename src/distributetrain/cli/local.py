@@ -78,12 +78,17 @@ def local() -> None:
 @click.option("--nodes", default="5,3,2", show_default=True, help="GPUs per node, one entry per node.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True,
               help="Where the kubeconfig, CA, PID and log go.")
+@click.option("--cpu-nodes", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untainted nodes cpu-1, cpu-2, ... without GPUs, for pods that need none (the manager).")
 @click.option("--runtime", type=click.Choice(["process", "sim"]), default="sim", show_default=True,
               help="Run pods as real processes, or simulate them.")
 @click.option("--no-gpu-taint", is_flag=True, help="Do not taint GPU nodes with nvidia.com/gpu:NoSchedule.")
 @click.option("--port", type=int, default=0, help="API server port (default: any free port).")
-def up(nodes: str, directory: Path, runtime: str, no_gpu_taint: bool, port: int) -> None:
-    """Start the local cluster in the background and print its kubeconfig."""
+def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int) -> None:
+    """Start the local cluster in the background and print its kubeconfig.
+
+    GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
+    unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
     counts = _parse_nodes(nodes)
     directory = directory.resolve()
     pid = _read_pid(directory)
@@ -96,7 +101,8 @@ def up(nodes: str, directory: Path, runtime: str, no_gpu_taint: bool, port: int)
         with contextlib.suppress(FileNotFoundError):
             (directory / stale).unlink()
     command = [sys.executable, "-m", _MARK, "serve", "--dir", str(directory), "--nodes",
-               ",".join(map(str, counts)), "--runtime", runtime, "--port", str(port)]
+               ",".join(map(str, counts)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
+               "--port", str(port)]
     if no_gpu_taint:
         command.append("--no-gpu-taint")
     log = directory / "server.log"
@@ -107,8 +113,8 @@ def up(nodes: str, directory: Path, runtime: str, no_gpu_taint: bool, port: int)
     url = None
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise DistributeTrainError(f"the local cluster exited with code {process.returncode} while starting; "
-                                       f"last lines of {log}:\n{_tail(log)}")
+            raise DistributeTrainError(f"the local cluster exited with code {process.returncode} while "
+                                       f"starting; last lines of {log}:\n{_tail(log)}")
         url = _ready(directory) if (directory / "kubeconfig").exists() else None
         if url:
             break
@@ -118,8 +124,8 @@ def up(nodes: str, directory: Path, runtime: str, no_gpu_taint: bool, port: int)
         raise DistributeTrainError(f"the local cluster did not answer /readyz within {START_TIMEOUT:.0f} s; "
                                    f"see {log}")
     kubeconfig = directory / "kubeconfig"
-    click.echo(f"local cluster up: {len(counts)} node(s) with {nodes} GPUs, API {url}, runtime {runtime} "
-               f"(pid {process.pid})")
+    click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
+               f"API {url}, runtime {runtime} (pid {process.pid})")
     click.echo(f"kubeconfig: {kubeconfig}")
     click.echo(f"export KUBECONFIG={kubeconfig}")
 

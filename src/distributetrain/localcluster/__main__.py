@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the local cluster in the foreground")
     serve.add_argument("--dir", type=Path, required=True, help="state directory (kubeconfig, ca.crt, pid)")
     serve.add_argument("--nodes", type=parse_nodes, default=(5, 3, 2), help="GPUs per node, e.g. 5,3,2")
+    serve.add_argument("--cpu-nodes", type=int, default=0,
+                       help="untainted nodes cpu-1, cpu-2, ... without GPUs (default 0)")
     serve.add_argument("--runtime", choices=("sim", "process"), default="sim")
     serve.add_argument("--no-gpu-taint", action="store_true", help="do not taint GPU nodes")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -43,8 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    spec = ClusterSpec(nodes=args.nodes, gpu_taint=not args.no_gpu_taint, runtime=args.runtime,
-                       bind_host=args.host, port=args.port, sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
+    if args.cpu_nodes < 0:
+        raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
+    spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
+                       runtime=args.runtime,
+                       bind_host=args.host, port=args.port,
+                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -16,8 +16,8 @@ from distributetrain.localcluster.auth import UserInfo, admin_user, service_acco
 from distributetrain.localcluster.store import Event, Store
 from distributetrain.localcluster.tokens import TokenAuthority
 
-RBAC_KEYS = frozenset({"roles.rbac.authorization.k8s.io", "clusterroles.rbac.authorization.k8s.io",
-                       "rolebindings.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io"})
+RBAC_KEYS = frozenset(f"{plural}.rbac.authorization.k8s.io"
+                      for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))
 
 
 @dataclass(frozen=True)
@@ -82,16 +82,18 @@ class Access:
             return auth.impersonate(user, lambda name: headers.getall(name, []), self.policy)
         except auth.ImpersonationError as error:
             body = error.status
-            raise st.ApiStatus(error.code, body["reason"], body["message"], details=body.get("details")) from None
+            raise st.ApiStatus(error.code, body["reason"], body["message"],
+                               details=body.get("details")) from None
 
     # ---- authorization ------------------------------------------------------------------------------------
     def decide(self, user: UserInfo, attrs: Attributes) -> rbac.Decision:
         return self.policy.authorize(self.request_attributes(user, attrs))
 
     def request_attributes(self, user: UserInfo, attrs: Attributes) -> rbac.RequestAttributes:
-        return rbac.RequestAttributes(user=user.name, groups=user.groups, verb=attrs.verb, api_group=attrs.group,
-                                      resource=attrs.resource, subresource=attrs.subresource,
-                                      name=attrs.name, namespace=attrs.namespace)
+        return rbac.RequestAttributes(user=user.name, groups=user.groups, verb=attrs.verb,
+                                      api_group=attrs.group, resource=attrs.resource,
+                                      subresource=attrs.subresource, name=attrs.name,
+                                      namespace=attrs.namespace)
 
     def authorize(self, user: UserInfo, attrs: Attributes) -> None:
         if rbac.MASTERS in user.groups:
@@ -104,8 +106,8 @@ class Access:
     def authorize_path(self, user: UserInfo, path: str, verb: str) -> None:
         if rbac.MASTERS in user.groups:
             return
-        request = rbac.RequestAttributes(user=user.name, groups=user.groups, verb=verb, resource_request=False,
-                                         path=path)
+        request = rbac.RequestAttributes(user=user.name, groups=user.groups, verb=verb,
+                                         resource_request=False, path=path)
         decision = self.policy.authorize(request)
         if not decision.allowed:
             raise _forbidden(request, decision.reason)

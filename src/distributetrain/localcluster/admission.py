@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from distributetrain.localcluster import escalation, rbac, validation
 from distributetrain.localcluster import status as st
-from distributetrain.localcluster import validation
+from distributetrain.localcluster.auth import UserInfo
 from distributetrain.localcluster.registry import Resource
 
 Obj = dict[str, Any]
@@ -53,9 +54,34 @@ def validate(r: Resource, obj: Obj, current: Obj | None) -> None:
         old_view.pop("nodeName", None)
         new_view.pop("nodeName", None)
         if old_view != new_view:
-            _raise(r, name, [validation.Cause("spec", validation.FORBIDDEN, "Forbidden: " + _POD_SPEC_FORBIDDEN)])
+            _raise(r, name, [validation.Cause("spec", validation.FORBIDDEN,
+                                              "Forbidden: " + _POD_SPEC_FORBIDDEN)])
     if r.key in ("secrets", "configmaps") and current.get("immutable"):
         for field in ("data", "binaryData", "stringData"):
             if obj.get(field) != current.get(field):
                 _raise(r, name, [validation.Cause(field, validation.FORBIDDEN,
                                                   "Forbidden: field is immutable when `immutable` is set")])
+
+
+_RBAC_RESOURCES = frozenset({"roles", "clusterroles", "rolebindings", "clusterrolebindings"})
+# what IsOnlyMutatingGCFields lets an update change without the escalation check
+_GC_FIELDS = ("ownerReferences", "finalizers", "managedFields", "selfLink", "resourceVersion")
+
+
+def _without_gc_fields(obj: Obj) -> Obj:
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _GC_FIELDS}
+    return {**obj, "metadata": meta}
+
+
+def check_escalation(r: Resource, obj: Obj, current: Obj | None, user: UserInfo, policy: rbac.Policy,
+                     namespace: str) -> None:
+    """Refuse an RBAC write that grants more than the writer holds (the rbac registry's policybased storage):
+    on create, and on an update unless it changes only what the garbage collector changes."""
+    if r.group != rbac.RBAC_GROUP or r.plural not in _RBAC_RESOURCES:
+        return
+    if current is not None and _without_gc_fields(obj) == _without_gc_fields(current):
+        return
+    body = escalation.escalation_forbidden(policy, user.name, user.groups, resource=r.plural, obj=obj,
+                                           namespace=namespace)
+    if body is not None:
+        raise st.ApiStatus(403, "Forbidden", body["message"], details=body.get("details"))

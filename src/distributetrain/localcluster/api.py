@@ -21,12 +21,16 @@ from aiohttp import web
 from distributetrain.localcluster import defaults, openapi, registry, tables
 from distributetrain.localcluster import status as st
 from distributetrain.localcluster.access import Access, Attributes
-from distributetrain.localcluster.admission import validate
+from distributetrain.localcluster.admission import check_escalation, validate
 from distributetrain.localcluster.auth import UserInfo
 from distributetrain.localcluster.bodies import (
+    APPLY,
     PROTOBUF,
+    STRATEGIC,
+    apply_patch,
     decode_body,
     decode_protobuf,
+    parse_yaml_or_json,
     patch_object,
     read_limited,
 )
@@ -192,7 +196,7 @@ class ApiServer:
             "deletecollection": self._delete_collection}
         return await handler[verb](request, target, user)
 
-    # ---- non-resource paths ---------------------------------------------------------------------------------
+    # ---- non-resource paths --------------------------------------------------------------------------------
     def _non_resource(self, request: web.Request, user: UserInfo) -> web.Response:
         path = request.path.rstrip("/") or "/"
         if request.method not in ("GET", "HEAD"):
@@ -225,7 +229,7 @@ class ApiServer:
                                                                 registry.GROUP_VERSIONS.items() if g)]})
         raise st.no_such_path()
 
-    # ---- reading --------------------------------------------------------------------------------------------
+    # ---- reading -------------------------------------------------------------------------------------------
     def current(self, target: Target) -> Obj:
         assert target.name is not None
         obj = self.store.get(target.resource.key, target.namespace, target.name)
@@ -266,7 +270,7 @@ class ApiServer:
         return await serve_watch(request, self.store, target.resource, target.namespace, query,
                                  bookmark_interval=self.bookmark_interval)
 
-    # ---- writing --------------------------------------------------------------------------------------------
+    # ---- writing -------------------------------------------------------------------------------------------
     async def read_object(self, request: web.Request, target: Target, *, kind: str | None = None,
                           api_version: str | None = None) -> Obj:
         obj = await decode_body(request, MAX_BODY)
@@ -301,11 +305,15 @@ class ApiServer:
             raise st.method_not_allowed()
         if not r.stored:
             return await self.subresources.review(request, target, user, self)
-        obj = await self.read_object(request, target)
+        return self._create_object(request, target, await self.read_object(request, target), user)
+
+    def _create_object(self, request: web.Request, target: Target, obj: Obj, user: UserInfo) -> web.Response:
+        r = target.resource
         self._namespace_exists(target)
         if target.namespace and self.controllers.namespace_terminating(target.namespace):
-            raise st.forbidden(f'{r.plural} "{obj["metadata"].get("name", "")}" is forbidden: unable to create '
-                               f"new content in namespace {target.namespace} because it is being terminated",
+            name = obj["metadata"].get("name", "")
+            raise st.forbidden(f'{r.plural} "{name}" is forbidden: unable to create new content in'
+                               f" namespace namespace {target.namespace} because it is being terminated",
                                resource=r.plural, name=obj["metadata"].get("name"), group=r.group)
         for server_field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "selfLink"):
             obj["metadata"].pop(server_field, None)
@@ -317,6 +325,7 @@ class ApiServer:
         if not obj["metadata"].get("name") and not obj["metadata"].get("generateName"):
             raise st.invalid(r.kind, "", [{"reason": "FieldValueRequired", "message": "name or generateName "
                                            "is required", "field": "metadata.name"}], r.group)
+        check_escalation(r, obj, None, user, self.access.policy, target.namespace or "")
         self.controllers.admit_create(r, obj, user)
         if request.query.get("dryRun") == "All":
             if self.store.get(r.key, target.namespace, obj["metadata"].get("name", "")) is not None:
@@ -374,6 +383,7 @@ class ApiServer:
         if r.key == "secrets":
             defaults.secret(obj)
         validate(r, obj, current)
+        check_escalation(r, obj, current, user, self.access.policy, target.namespace or "")
         self.controllers.admit_update(r, obj, current, user)
         if request.query.get("dryRun") == "All":
             return json_response(obj)
@@ -389,6 +399,8 @@ class ApiServer:
     async def _patch(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         if target.name is None:
             raise st.method_not_allowed()
+        if request.headers.get("Content-Type", "").split(";")[0].strip() == APPLY:
+            return await self._apply(request, target, user)
         current = self.current(target)
         patched = await patch_object(request, current, MAX_BODY)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
@@ -399,6 +411,44 @@ class ApiServer:
         if target.resource.namespaced:
             patched["metadata"]["namespace"] = target.namespace
         return self._replace(request, target, patched, current, user)
+
+    async def _apply(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
+        """Server-side apply without field ownership: create when absent, else merge the applied configuration
+        the way a strategic merge patch would (fields left out of the configuration are kept)."""
+        if not request.query.get("fieldManager"):
+            raise st.ApiStatus(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: '
+                               "Required value: is required for apply patch", details={"group": "meta.k8s.io",
+                                                                              "kind": "PatchOptions"})
+        applied = parse_yaml_or_json(await read_limited(request, MAX_BODY))
+        if not isinstance(applied, dict):
+            raise st.bad_request("the applied configuration must be an object")
+        applied.setdefault("metadata", {})
+        if applied["metadata"].get("name") not in (None, target.name):
+            raise st.bad_request(f"the name of the object ({applied['metadata'].get('name')}) does not match "
+                                 f"the name on the URL ({target.name})")
+        applied["metadata"]["name"] = target.name
+        assert target.name is not None
+        current = self.store.get(target.resource.key, target.namespace, target.name)
+        if current is None:
+            fake = await self._checked(target, applied)
+            return self._create_object(request, target, fake, user)
+        patched = apply_patch(STRATEGIC, current, applied)
+        patched["kind"], patched["apiVersion"] = target.resource.kind, target.resource.api_version
+        if target.resource.namespaced:
+            patched["metadata"]["namespace"] = target.namespace
+        return self._replace(request, target, patched, current, user)
+
+    async def _checked(self, target: Target, obj: Obj) -> Obj:
+        r = target.resource
+        if obj.get("kind") not in (None, r.kind) or obj.get("apiVersion") not in (None, r.api_version):
+            raise st.bad_request(f"the object provided is unrecognized (must be of type {r.kind})")
+        obj["kind"], obj["apiVersion"] = r.kind, r.api_version
+        if r.namespaced:
+            if obj["metadata"].get("namespace") not in (None, "", target.namespace):
+                raise st.bad_request("the namespace of the provided object does not match the namespace sent "
+                                     "on the request")
+            obj["metadata"]["namespace"] = target.namespace
+        return obj
 
     async def delete_options(self, request: web.Request) -> Obj:
         options: Obj = {}
@@ -440,8 +490,9 @@ class ApiServer:
                               f"{current['metadata']['uid']}")
         if pre.get("resourceVersion") and pre["resourceVersion"] != current["metadata"]["resourceVersion"]:
             raise st.conflict(r.plural, target.name, r.group,
-                              f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                              f"ResourceVersion in object meta: {current['metadata']['resourceVersion']}")
+                              "Precondition failed: ResourceVersion in precondition: "
+                              f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                              f"{current['metadata']['resourceVersion']}")
         if request.query.get("dryRun") == "All":
             return json_response(current)
         result, immediate = self.controllers.delete(r, current, options)

@@ -75,10 +75,14 @@ async def patch_object(request: web.Request, current: dict[str, Any], limit: int
     media = _media_type(request)
     if media not in (MERGE, STRATEGIC, JSON_PATCH):
         raise st.ApiStatus(415, "UnsupportedMediaType",
-                           f"the server does not support the patch type {media or '(none)'}: accepted patch types "
-                           f"are {JSON_PATCH}, {MERGE}, {STRATEGIC}")
+                           f"the server does not support the patch type {media or '(none)'}: accepted patch "
+                           f"types are {JSON_PATCH}, {MERGE}, {STRATEGIC}")
     patch = _decode(await read_limited(request, limit), "application/json")
     return apply_patch(media, current, patch)
+
+
+def parse_yaml_or_json(raw: bytes) -> Any:
+    return _decode(raw, "application/yaml")
 
 
 def apply_patch(media: str, current: dict[str, Any], patch: Any) -> Any:
@@ -91,7 +95,8 @@ def apply_patch(media: str, current: dict[str, Any], patch: Any) -> Any:
             return patches.merge_patch(current, patch)
         return patches.strategic_merge_patch(current, patch, kind=current.get("kind", ""))
     except patches.PatchError as error:
-        raise st.ApiStatus(error.code, "Invalid" if error.code == 422 else "BadRequest", str(error)) from None
+        body = error.status()
+        raise st.ApiStatus(error.code, body["reason"], body["message"], details=body.get("details")) from None
 
 
 def deep(obj: Any) -> Any:

@@ -61,14 +61,16 @@ def generate(*, sans: tuple[str, ...] = DEFAULT_SANS, days: int = 365) -> Server
         .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, encipher_only=False,
+                                     decipher_only=False), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
-    names = [_san(s) for s in dict.fromkeys((*sans, "kubernetes", "kubernetes.default",
-                                             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"))]
+    service_names = ("kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                     "kubernetes.default.svc.cluster.local")
+    names = [_san(s) for s in dict.fromkeys((*sans, *service_names))]
     cert = (
         x509.CertificateBuilder().subject_name(_name("kube-apiserver")).issuer_name(ca_name)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -76,7 +78,8 @@ def generate(*, sans: tuple[str, ...] = DEFAULT_SANS, days: int = 365) -> Server
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                       critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return ServerCerts(

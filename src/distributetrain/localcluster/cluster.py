@@ -1,8 +1,8 @@
 """`LocalCluster`: the store, the API server over HTTPS, the controllers and a pod runtime, started together.
 
-Run it on the caller's event loop (`await cluster.astart()`, as `local up`'s daemon does) or on a private loop in
-a background thread (`cluster.start()`, as the pytest fixture does; `cluster.call(coro)` then runs a coroutine
-there). The cluster is also the runtime's RuntimeHost.
+Run it on the caller's event loop (`await cluster.astart()`, as `local up`'s daemon does) or on a private
+loop in a background thread (`cluster.start()`, as the pytest fixture does; `cluster.call(coro)` then runs a
+coroutine there). The cluster is also the runtime's RuntimeHost.
 
 A runtime may define `async prepare_network() -> str | None`: called before certificates are made, it returns
 the address pods reach the API server on (a bridge address); the server then listens there too and the
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import datetime
 import importlib
 import os
 import shutil
@@ -48,6 +49,7 @@ RUNTIMES = {"sim": "distributetrain.localcluster.runtime.sim:SimRuntime",
 @dataclass(frozen=True)
 class ClusterSpec:
     nodes: tuple[int, ...] = (5, 3, 2)    # one node per entry, with that many GPUs
+    cpu_nodes: int = 0                     # untainted nodes cpu-1, cpu-2, ... without any GPU resource
     gpu_taint: bool = True                 # GPU nodes carry nvidia.com/gpu=present:NoSchedule
     runtime: str = "sim"                   # "sim" or "process"
     bind_host: str = "127.0.0.1"
@@ -61,19 +63,30 @@ class ClusterSpec:
     runtime_options: dict[str, Any] = field(default_factory=dict)
 
 
-def node_object(index: int, gpus: int, spec: ClusterSpec) -> Obj:
-    name = f"node-{index}"
+def pod_cidr(index: int) -> str:
+    """Node `index`'s /24 of 10.244.0.0/14 (the runtimes give pods addresses from it)."""
+    return f"10.{244 + index // 256}.{index % 256}.0/24"
+
+
+def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | None = None) -> Obj:
+    """Node number `index` (1-based over every node); `gpus` None: a CPU node, with no GPU resource at all,
+    as a real cluster's CPU nodes have (no device plugin, so no nvidia.com/gpu in capacity)."""
+    name = name or f"node-{index}"
     resources = {"cpu": spec.node_cpu, "memory": spec.node_memory, "pods": spec.node_pods,
-                 "ephemeral-storage": "1Ti", GPU_RESOURCE: str(gpus)}
-    taints = [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}] if gpus and spec.gpu_taint else []
+                 "ephemeral-storage": "1Ti"}
+    if gpus is not None:
+        resources[GPU_RESOURCE] = str(gpus)
+    tainted = bool(gpus) and spec.gpu_taint
+    taints = [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}] if tainted else []
     now = now_iso()
+    pressure = (("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"))
     conditions = [{"type": kind, "status": "False", "lastHeartbeatTime": now, "lastTransitionTime": now,
-                   "reason": f"KubeletHasNo{kind}" if kind != "PIDPressure" else "KubeletHasSufficientPID",
-                   "message": f"kubelet has no {kind.lower()}"} for kind in ("MemoryPressure", "DiskPressure",
-                                                                              "PIDPressure")]
+                   "reason": reason, "message": message} for kind, reason, message in pressure]
     conditions.append({"type": "Ready", "status": "True", "lastHeartbeatTime": now, "lastTransitionTime": now,
                        "reason": "KubeletReady", "message": "kubelet is posting ready status"})
-    spec_out: Obj = {"podCIDR": f"10.244.{index}.0/24", "podCIDRs": [f"10.244.{index}.0/24"]}
+    spec_out: Obj = {"podCIDR": pod_cidr(index), "podCIDRs": [pod_cidr(index)]}
     if taints:
         spec_out["taints"] = taints
     return {
@@ -128,7 +141,8 @@ class LocalCluster:
     # ---- paths and identities ----------------------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"https://{self.spec.bind_host if self.spec.bind_host != '0.0.0.0' else '127.0.0.1'}:{self.api_port}"
+        host = self.spec.bind_host if self.spec.bind_host != "0.0.0.0" else "127.0.0.1"
+        return f"https://{host}:{self.api_port}"
 
     @property
     def ca_path(self) -> Path:
@@ -145,7 +159,7 @@ class LocalCluster:
     def token_for(self, namespace: str, service_account: str) -> str:
         return self.tokens.issue(namespace, service_account)[0]
 
-    # ---- RuntimeHost ----------------------------------------------------------------------------------------
+    # ---- RuntimeHost ---------------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str | None, name: str) -> Obj | None:
         return self.store.copy_of(resource, namespace, name)
 
@@ -162,13 +176,13 @@ class LocalCluster:
                 if cond.get("type") == "Ready":
                     if cond.get("status") != ("True" if ready else "Unknown"):
                         cond["lastTransitionTime"] = now
-                    cond.update({"status": "True" if ready else "Unknown", "reason": reason, "message": message,
-                                 "lastHeartbeatTime": now})
+                    cond.update({"status": "True" if ready else "Unknown", "reason": reason,
+                                 "message": message, "lastHeartbeatTime": now})
             taints = [t for t in obj["spec"].get("taints") or [] if not t.get("key", "").startswith(
                 ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"))]
             if not ready:
-                taints += [{"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule", "timeAdded": now},
-                           {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": now}]
+                taints += [{"key": "node.kubernetes.io/unreachable", "effect": effect, "timeAdded": now}
+                           for effect in ("NoSchedule", "NoExecute")]
             if taints:
                 obj["spec"]["taints"] = taints
             else:
@@ -203,9 +217,11 @@ class LocalCluster:
                              server_address=f"{self.spec.bind_host}:{self.api_port}",
                              bookmark_interval=self.spec.bookmark_interval)
         await self._serve()
-        self.api_host = pod_api_host or ("127.0.0.1" if self.spec.bind_host == "0.0.0.0" else self.spec.bind_host)
+        local = "127.0.0.1" if self.spec.bind_host == "0.0.0.0" else self.spec.bind_host
+        self.api_host = pod_api_host or local
         await self.runtime.start(self)
-        self.kubeconfig.write_text(certs.kubeconfig(server=self.url, ca_path=self.ca_path, token=self.admin_token))
+        self.kubeconfig.write_text(certs.kubeconfig(server=self.url, ca_path=self.ca_path,
+                                                    token=self.admin_token))
         self.kubeconfig.chmod(0o600)
 
     async def _serve(self) -> None:
@@ -258,20 +274,35 @@ class LocalCluster:
         s.create("services", {"apiVersion": "v1", "kind": "Service",
                               "metadata": {"name": "kubernetes", "namespace": "default",
                                            "labels": {"component": "apiserver", "provider": "kubernetes"}},
-                              "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                              "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.1",
+                                       "clusterIPs": ["10.96.0.1"],
                                        "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                                   "targetPort": 6443}], "sessionAffinity": "None"},
                               "status": {"loadBalancer": {}}})
-        for i, gpus in enumerate(self.spec.nodes, start=1):
-            s.create("nodes", node_object(i, gpus, self.spec))
+        renewed = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        gpu_nodes = [node_object(i, gpus, self.spec) for i, gpus in enumerate(self.spec.nodes, start=1)]
+        first_cpu = len(self.spec.nodes) + 1
+        cpu_nodes = [node_object(first_cpu + k, None, self.spec, name=f"cpu-{k + 1}")
+                     for k in range(self.spec.cpu_nodes)]
+        for obj in gpu_nodes + cpu_nodes:
+            node = s.create("nodes", obj)
+            # the lease a kubelet renews; `kubectl describe node` shows it
+            owner = {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"],
+                     "uid": node["metadata"]["uid"]}
+            s.create("leases.coordination.k8s.io", {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": node["metadata"]["name"], "namespace": "kube-node-lease",
+                             "ownerReferences": [owner]},
+                "spec": {"holderIdentity": node["metadata"]["name"], "leaseDurationSeconds": 40,
+                         "renewTime": renewed}})
 
-    # ---- test hooks -----------------------------------------------------------------------------------------
+    # ---- test hooks ----------------------------------------------------------------------------------------
     def inject_fault(self, code: int, *, verb: str | None = None, resource: str | None = None,
                      subresource: str | None = None, namespace: str | None = None, name: str | None = None,
                      count: int = 1, retry_after: int | None = None, message: str = "") -> Fault:
         """The next `count` requests matching verb/resource/... answer `code` (e.g. 500, 503, 429, 409)."""
-        return self.faults.inject(Fault(code, verb, resource, subresource, namespace, name, count, retry_after,
-                                        message))
+        return self.faults.inject(Fault(code, verb, resource, subresource, namespace, name, count,
+                                        retry_after, message))
 
     async def acut_watches(self) -> int:
         return self.store.close_watches()
@@ -285,7 +316,7 @@ class LocalCluster:
             await asyncio.sleep(down_seconds)
         await self._serve()
 
-    # ---- lifecycle on a private loop in a thread ------------------------------------------------------------
+    # ---- lifecycle on a private loop in a thread -----------------------------------------------------------
     def start(self, *, timeout: float = 60.0) -> LocalCluster:
         ready = threading.Event()
         failure: list[BaseException] = []

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import functools
 import datetime
+import functools
 import logging
 import secrets
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from distributetrain.localcluster import gc, scheduler
+from distributetrain.localcluster import gc, nodefit, scheduler
 from distributetrain.localcluster import status as st
 from distributetrain.localcluster.registry import BY_KEY, RESOURCES, Resource
 from distributetrain.localcluster.store import ADDED, DELETED, MODIFIED, Event, NotFound, Store, now_iso
@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 OBJ_KEY = tuple[str, str, str]  # (resource key, namespace, name)
+_GC_FINALIZERS = frozenset({gc.FOREGROUND_FINALIZER, gc.ORPHAN_FINALIZER})
+# an ownerReference to a kind this server does not serve cannot be resolved: leave its dependent alone
+_SERVED_KINDS = frozenset(r.kind for r in RESOURCES if r.stored)
 
 
 def _later(seconds: float) -> str:
@@ -53,6 +56,7 @@ class Controllers:
         self._dependents: dict[str, set[OBJ_KEY]] = {}  # owner uid -> dependents
         self._uids: dict[str, OBJ_KEY] = {}      # uid -> key, for every live object that may own others
         self._loops: list[asyncio.Task[Any]] = []
+        self._usage: dict[str, nodefit.NodeUsage] = {}  # node -> what its resource-holding pods take
         store.add_listener(self._on_event)
 
     def start(self) -> None:
@@ -73,7 +77,7 @@ class Controllers:
         if not task.cancelled() and task.exception() is not None:
             log.error("controller task failed", exc_info=task.exception())
 
-    # ---- reacting to writes ---------------------------------------------------------------------------------
+    # ---- reacting to writes --------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         obj = event.new.obj
         meta = obj["metadata"]
@@ -85,8 +89,9 @@ class Controllers:
             self._schedule_wake.set()
         elif event.resource == "namespaces" and event.type == ADDED:
             self.spawn(self._default_service_account(meta["name"]))
-        if (event.type == DELETED and uid in self._dependents) or (event.type == MODIFIED and meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) & {
-                gc.FOREGROUND_FINALIZER, gc.ORPHAN_FINALIZER}):
+        gc_finalizing = event.type == MODIFIED and bool(meta.get("deletionTimestamp")) and bool(
+            set(meta.get("finalizers") or ()) & _GC_FINALIZERS)
+        if (event.type == DELETED and uid in self._dependents) or gc_finalizing:
             self._queue_gc(uid)
         if event.type == DELETED:
             # an owner deleting in the foreground waits for this dependent
@@ -97,6 +102,7 @@ class Controllers:
     def _on_pod(self, event: Event, pod: Obj, uid: str) -> None:
         spec = pod.get("spec") or {}
         phase = (pod.get("status") or {}).get("phase")
+        self._track_usage(event, pod)
         if event.type == DELETED:
             self._pending.pop(uid, None)
             self._last_message.pop(uid, None)
@@ -122,7 +128,17 @@ class Controllers:
         if phase in TERMINAL_PHASES and old_phase not in TERMINAL_PHASES:
             self._schedule_wake.set()
 
-    # ---- the kubelet side: admission and start ----------------------------------------------------------------
+    def _track_usage(self, event: Event, pod: Obj) -> None:
+        """Keep per-node usage current with every pod write, so scheduling never re-sums all pods."""
+        old = event.old.obj if event.old is not None else None
+        if old is not None and holds_resources(old):
+            node = old["spec"]["nodeName"]
+            self._usage[node] = nodefit.without(self._usage.get(node, nodefit.NodeUsage()), old)
+        if event.type != DELETED and holds_resources(pod):
+            node = pod["spec"]["nodeName"]
+            self._usage[node] = self._usage.get(node, nodefit.NodeUsage()).plus(pod)
+
+    # ---- the kubelet side: admission and start -------------------------------------------------------------
     async def _kubelet_start(self, namespace: str, name: str, *, admit: bool) -> None:
         pod = self.store.get("pods", namespace, name)
         if pod is None:
@@ -132,8 +148,7 @@ class Controllers:
         if node is None:
             return  # no kubelet owns that node: the pod stays Pending, as on a real cluster
         if admit:
-            others = [p for p in self.store.objects("pods") if holds_resources(p, node_name)]
-            verdict = scheduler.admit(pod, node, others)
+            verdict = scheduler.admit(pod, node, usage=self._usage)
             if not verdict.admitted:
                 await self.update_pod_status(namespace, name, {
                     "phase": "Failed", "reason": verdict.reason, "message": verdict.pod_message,
@@ -155,30 +170,33 @@ class Controllers:
             await self._schedule_wake.wait()
             self._schedule_wake.clear()
             try:
-                self.schedule_pending()
+                await self.schedule_pending()
             except Exception:
                 log.exception("scheduling pass failed")
             await asyncio.sleep(0)
 
-    def schedule_pending(self) -> None:
+    async def schedule_pending(self, *, batch: int = 20) -> None:
+        """One pass over the unbound pods, oldest first (the real scheduler's FIFO with equal priorities),
+        yielding to the API every `batch` pods so a long pass never stalls requests."""
         if not self._pending:
             return
-        nodes = [n for n in self.store.objects("nodes") if not n["metadata"].get("deletionTimestamp")]
-        holding = [p for p in self.store.objects("pods") if holds_resources(p)]
-        # oldest first, as the real scheduler's FIFO queue with equal priorities
+        nodes: list[Obj] = []
         order = sorted(self._pending.items(), key=lambda item: self._created(item[1]))
-        for uid, (namespace, name) in order:
+        for index, (uid, (namespace, name)) in enumerate(order):
+            if index % batch == 0:
+                if index:
+                    await asyncio.sleep(0)
+                # re-read after yielding: pods and nodes may have changed meanwhile
+                nodes = [n for n in self.store.objects("nodes") if not n["metadata"].get("deletionTimestamp")]
             pod = self.store.get("pods", namespace, name)
             if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 self._pending.pop(uid, None)
                 continue
-            result = scheduler.schedule(pod, nodes, holding)
+            # self._usage follows every bind at once (the store listener), so no re-summing here
+            result = scheduler.schedule(pod, nodes, usage=self._usage)
             if result.node_name:
                 self._pending.pop(uid, None)
                 self.bind(pod, result.node_name)
-                bound = self.store.get("pods", namespace, name)
-                if bound is not None:
-                    holding.append(bound)
             else:
                 self._unschedulable(pod, result.message)
 
@@ -193,7 +211,7 @@ class Controllers:
         def change(obj: Obj) -> None:
             obj["spec"]["nodeName"] = node_name
             status = obj.setdefault("status", {})
-            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = _without_scheduled(status)
             status["conditions"].append(scheduler.scheduled_condition(now=now))
 
         meta = pod["metadata"]
@@ -212,7 +230,7 @@ class Controllers:
 
         def change(obj: Obj) -> None:
             status = obj.setdefault("status", {})
-            status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = _without_scheduled(status)
             status["conditions"].append(scheduler.unschedulable_condition(message, now=now))
 
         meta = pod["metadata"]
@@ -236,7 +254,7 @@ class Controllers:
                  "reportingComponent": component, "reportingInstance": ""}
         self.store.create("events", event)
 
-    # ---- admission hooks called by the API -------------------------------------------------------------------
+    # ---- admission hooks called by the API -----------------------------------------------------------------
     def namespace_terminating(self, namespace: str) -> bool:
         ns = self.store.get("namespaces", None, namespace)
         return ns is not None and bool(ns["metadata"].get("deletionTimestamp"))
@@ -256,10 +274,11 @@ class Controllers:
 
     def after_update(self, r: Resource, obj: Obj) -> None:
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp") and not meta.get("finalizers") and meta.get("uid") not in self._stopping:
+        stopping = meta.get("uid") in self._stopping
+        if meta.get("deletionTimestamp") and not meta.get("finalizers") and not stopping:
             self._remove(r, meta.get("namespace"), meta["name"])
 
-    # ---- deletion --------------------------------------------------------------------------------------------
+    # ---- deletion ------------------------------------------------------------------------------------------
     def delete(self, r: Resource, current: Obj, options: Obj) -> tuple[Obj, bool]:
         """Start deleting; returns (the object as the DELETE answer shows it, whether it is gone already)."""
         meta = current["metadata"]
@@ -368,7 +387,8 @@ class Controllers:
         uid = meta.get("uid", "")
         old_refs = {r.get("uid") for r in (event.old.obj["metadata"].get("ownerReferences") or [])} if (
             event.old is not None) else set()
-        new_refs = set() if event.type == DELETED else {r.get("uid") for r in meta.get("ownerReferences") or []}
+        new_refs = set() if event.type == DELETED else {r.get("uid")
+                                                         for r in meta.get("ownerReferences") or []}
         for owner in old_refs - new_refs:
             dependents = self._dependents.get(owner)
             if dependents is not None:
@@ -396,7 +416,8 @@ class Controllers:
         while True:
             await self._gc_wake.wait()
             self._gc_wake.clear()
-            await asyncio.sleep(0.05)  # let a burst of writes settle (an owner created right after its dependent)
+            # let a burst of writes settle (an owner created right after its dependent)
+            await asyncio.sleep(0.05)
             queue, self._gc_queue = self._gc_queue, []
             for uid in dict.fromkeys(queue):
                 try:
@@ -405,30 +426,44 @@ class Controllers:
                     log.exception("garbage collection of %s failed", uid)
 
     def _closure(self, uids: set[str]) -> list[Obj]:
-        """The objects one gc pass must see: these, their dependents, and every owner of those dependents."""
+        """The objects one gc pass must see (gc.collect's contract): these and their dependents, every owner
+        of anything in the set, and every dependent of an owner in the set that is being deleted with
+        finalizers (else a foreground owner would look unblocked, or an orphaning owner orphan only some)."""
         keys: set[OBJ_KEY] = set()
+        objs: dict[OBJ_KEY, Obj] = {}
+        todo: list[OBJ_KEY] = []
+
+        def add(key: OBJ_KEY) -> None:
+            if key not in keys:
+                keys.add(key)
+                todo.append(key)
+
         for uid in uids:
             if uid in self._uids:
-                keys.add(self._uids[uid])
-            keys |= self._dependents.get(uid, set())
-        for key in list(keys):
+                add(self._uids[uid])
+            for key in self._dependents.get(uid, ()):
+                add(key)
+        while todo:
+            key = todo.pop()
             obj = self.store.get(key[0], key[1], key[2])
-            for ref in (obj or {}).get("metadata", {}).get("ownerReferences") or []:
+            if obj is None:
+                continue
+            objs[key] = obj
+            meta = obj["metadata"]
+            for ref in meta.get("ownerReferences") or []:
                 owner = self._uids.get(ref.get("uid", ""))
                 if owner is not None:
-                    keys.add(owner)
-        out = []
-        for key in sorted(keys):
-            obj = self.store.get(key[0], key[1], key[2])
-            if obj is not None:
-                out.append(obj)
-        return out
+                    add(owner)
+            if meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) & _GC_FINALIZERS:
+                for dependent in self._dependents.get(meta.get("uid", ""), ()):
+                    add(dependent)
+        return [objs[key] for key in sorted(objs)]
 
     def collect(self, owner_uid: str) -> None:
         """Run the gc module's passes over one owner's neighbourhood until it asks for nothing more."""
         uids = {owner_uid}
         for _ in range(20):
-            actions = gc.collect(self._closure(uids))
+            actions = gc.collect(self._closure(uids), known_kinds=_SERVED_KINDS)
             if not actions:
                 return
             for d in actions.delete:
@@ -448,8 +483,13 @@ class Controllers:
                 if key is None:
                     continue
                 with contextlib.suppress(NotFound):
-                    updated = self.store.mutate(*key, functools.partial(_drop_finalizer, finalizer=f.finalizer))
+                    drop = functools.partial(_drop_finalizer, finalizer=f.finalizer)
+                    updated = self.store.mutate(*key, drop)
                     self.after_update(BY_KEY[key[0]], updated)
+
+
+def _without_scheduled(status: Obj) -> list[Obj]:
+    return [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
 
 
 def _set_refs(obj: Obj, refs: list[Obj]) -> None:

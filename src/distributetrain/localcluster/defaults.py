@@ -19,7 +19,8 @@ def _container(container: Obj) -> None:
     image = str(container.get("image", ""))
     tag = image.rsplit("/", 1)[-1]
     if "imagePullPolicy" not in container:
-        container["imagePullPolicy"] = "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent"
+        latest = ":" not in tag or tag.endswith(":latest")
+        container["imagePullPolicy"] = "Always" if latest else "IfNotPresent"
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
     resources = container.setdefault("resources", {})

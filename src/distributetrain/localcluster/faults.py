@@ -37,8 +37,8 @@ class Fault:
         message = self.message or {
             429: "Too many requests, please try again later.",
             503: "The server is currently unable to handle the request",
-            409: "Operation cannot be fulfilled: the object has been modified; please apply your changes to the "
-                 "latest version and try again",
+            409: "Operation cannot be fulfilled: the object has been modified; please apply your changes "
+                 "to the latest version and try again",
             504: "Timeout: request did not complete within the allotted timeout",
         }.get(self.code, "Internal error occurred: injected fault")
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else None

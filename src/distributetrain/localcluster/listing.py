@@ -34,6 +34,7 @@ from distributetrain.localcluster.selectors import (
 from distributetrain.localcluster.store import ADDED, BOOKMARK, ERROR, Entry, Gone, Key, Store
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
+IDLE_CHECK = 5.0  # how often an idle watch checks that its client is still connected
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,8 @@ def parse_list_query(resource: Resource, query: Mapping[str, str]) -> ListQuery:
     rv = query.get("resourceVersion") or None
     if query.get("continue"):
         try:
-            token = orjson.loads(base64.urlsafe_b64decode(query["continue"] + "=" * (-len(query["continue"]) % 4)))
+            raw = query["continue"]
+            token = orjson.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
             continue_key = (str(token["start"][0]), str(token["start"][1]))
         except (ValueError, KeyError, TypeError, IndexError):
             raise st.bad_request("continue key is not valid: incorrect encoded start resourceVersion "
@@ -129,18 +131,41 @@ def select(store: Store, resource: Resource, namespace: str | None, query: ListQ
     return [e for e in entries if keep(e.obj)]
 
 
+def _page(store: Store, resource: Resource, namespace: str | None,
+          query: ListQuery) -> tuple[list[Entry], bool, int | None]:
+    """(this page's entries, whether more follow, how many remain when that is known). A page reads only
+    as far as it needs: a limited list costs its page, not the whole collection."""
+    keys = store.keys(resource.key, namespace, after=query.continue_key)
+    keep = predicate_of(resource, query)
+    if query.limit is None:
+        entries = list(store.entries_of(resource.key, keys))
+        return (entries if keep is None else [e for e in entries if keep(e.obj)]), False, None
+    if keep is None:
+        entries = list(store.entries_of(resource.key, keys[:query.limit]))
+        remaining = len(keys) - len(entries)
+        return entries, remaining > 0, remaining
+    matched: list[Entry] = []
+    for entry in store.entries_of(resource.key, keys):
+        if keep(entry.obj):
+            if len(matched) == query.limit:
+                # with a selector the real server cannot count what remains: no remainingItemCount
+                return matched, True, None
+            matched.append(entry)
+    return matched, False, None
+
+
 def list_response(store: Store, resource: Resource, namespace: str | None, query: ListQuery) -> bytes:
-    entries = select(store, resource, namespace, query, after=query.continue_key)
+    entries, more, remaining = _page(store, resource, namespace, query)
     meta: dict[str, Any] = {"resourceVersion": str(store.resource_version)}
-    if query.limit is not None and len(entries) > query.limit:
-        remaining = len(entries) - query.limit
-        entries = entries[:query.limit]
+    if more:
         last = entries[-1].obj["metadata"]
         token = {"v": "meta.k8s.io/v1", "rv": store.resource_version,
                  "start": [last.get("namespace") or "", last["name"]]}
         meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(token)).decode().rstrip("=")
-        meta["remainingItemCount"] = remaining
-    head = orjson.dumps({"kind": f"{resource.kind}List", "apiVersion": resource.api_version, "metadata": meta})
+        if remaining is not None:
+            meta["remainingItemCount"] = remaining
+    head = orjson.dumps({"kind": f"{resource.kind}List", "apiVersion": resource.api_version,
+                         "metadata": meta})
     return head[:-1] + b',"items":[' + b",".join(e.raw for e in entries) + b"]}"
 
 
@@ -195,10 +220,13 @@ async def serve_watch(request: web.Request, store: Store, resource: Resource, na
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            wait = min(left, bookmark_interval) if query.bookmarks else left
+            wait = min(left, bookmark_interval if query.bookmarks else IDLE_CHECK)
             try:
                 item = await asyncio.wait_for(queue.get(), wait)
             except TimeoutError:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break  # the client went away without a word: stop holding its watch
                 if query.bookmarks and time.monotonic() < deadline and queue.empty():
                     await response.write(bookmark())
                 continue
@@ -215,7 +243,7 @@ async def serve_watch(request: web.Request, store: Store, resource: Resource, na
             if watcher.closed and queue.empty():
                 break
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
         pass
     finally:
         store.unwatch(watcher)

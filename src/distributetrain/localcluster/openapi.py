@@ -1,8 +1,8 @@
 """Just enough OpenAPI v3 for kubectl: per group-version documents whose PATCH operations carry the
-`fieldValidation` parameter and `x-kubernetes-group-version-kind`, so kubectl's query-param verifier finds that
-the server validates fields itself and sends `fieldValidation=Strict` instead of asking for schemas; and one
-schema per kind (with the GVK extension and no properties), so `kubectl apply` computes its patches with the
-schema lookups succeeding (lists then merge by replacement, which the server applies as sent)."""
+`fieldValidation` parameter and `x-kubernetes-group-version-kind`, so kubectl's query-param verifier finds
+that the server validates fields itself and sends `fieldValidation=Strict` instead of asking for schemas; and
+one schema per kind (with the GVK extension and no properties), so `kubectl apply` computes its patches with
+the schema lookups succeeding (lists then merge by replacement, which the server applies as sent)."""
 
 from __future__ import annotations
 

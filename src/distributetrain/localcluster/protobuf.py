@@ -1,9 +1,10 @@
 """Decoding the Kubernetes protobuf request bodies kubectl's typed clients send (`kubectl auth can-i`,
 `create token`, `create namespace|secret|configmap|serviceaccount|role|...`, `drain`).
 
-kubectl 1.37 encodes request bodies of built-in types as `application/vnd.kubernetes.protobuf` and, unlike for
-CBOR, never falls back to JSON, so the server must read them. Answers stay JSON (kubectl accepts both). Only the
-message types listed in SCHEMAS are understood; their field numbers are those of k8s.io/api's generated.proto.
+kubectl 1.37 encodes request bodies of built-in types as `application/vnd.kubernetes.protobuf` and, unlike
+for CBOR, never falls back to JSON, so the server must read them. Answers stay JSON (kubectl accepts both).
+Only the message types listed in SCHEMAS are understood; their field numbers are those of k8s.io/api's
+generated.proto.
 A body of another kind answers 415 as a server without that type would.
 """
 
@@ -92,7 +93,8 @@ def decode(schema: Schema, data: bytes) -> dict[str, Any]:
             out[name] = decode({1: ("string", "string", None)}, value).get("string", "")
         elif kind.startswith("repeated:"):
             item = kind.split(":", 1)[1]
-            out.setdefault(name, []).append(decode(nested, value) if item == "message" else _scalar(item, value))
+            element = decode(nested, value) if item == "message" else _scalar(item, value)
+            out.setdefault(name, []).append(element)
         elif kind.startswith("map:"):
             item = kind.split(":", 1)[1]
             entry = {n: v for n, _w, v in _fields(value)}
@@ -121,8 +123,8 @@ OBJECT_META: Schema = {1: _s("name"), 2: _s("generateName"), 3: _s("namespace"),
                        6: _s("resourceVersion"),
                        11: ("labels", "map:string", None), 12: ("annotations", "map:string", None),
                        13: ("ownerReferences", "repeated:message", OWNER_REFERENCE), 14: _rs("finalizers")}
-OBJECT_REFERENCE: Schema = {1: _s("kind"), 2: _s("namespace"), 3: _s("name"), 4: _s("uid"), 5: _s("apiVersion"),
-                            6: _s("resourceVersion"), 7: _s("fieldPath")}
+OBJECT_REFERENCE: Schema = {1: _s("kind"), 2: _s("namespace"), 3: _s("name"), 4: _s("uid"),
+                            5: _s("apiVersion"), 6: _s("resourceVersion"), 7: _s("fieldPath")}
 POLICY_RULE: Schema = {1: _rs("verbs"), 2: _rs("apiGroups"), 3: _rs("resources"), 4: _rs("resourceNames"),
                        5: _rs("nonResourceURLs")}
 SUBJECT: Schema = {1: _s("kind"), 2: _s("apiGroup"), 3: _s("name"), 4: _s("namespace")}
@@ -156,7 +158,8 @@ SCHEMAS: dict[str, Schema] = {
     "ClusterRoleBinding": BINDING,
     "TokenRequest": {1: _META, 2: ("spec", "message", {
         1: _rs("audiences"), 4: ("expirationSeconds", "int", None),
-        3: ("boundObjectRef", "message", {1: _s("kind"), 2: _s("apiVersion"), 3: _s("name"), 4: _s("uid")})})},
+        3: ("boundObjectRef", "message", {1: _s("kind"), 2: _s("apiVersion"), 3: _s("name"),
+                                          4: _s("uid")})})},
     "SelfSubjectAccessReview": {1: _META, 2: ("spec", "message", ACCESS_SPEC)},
     "SubjectAccessReview": {1: _META, 2: ("spec", "message", SUBJECT_ACCESS_SPEC)},
     "LocalSubjectAccessReview": {1: _META, 2: ("spec", "message", SUBJECT_ACCESS_SPEC)},

@@ -88,7 +88,7 @@ def group_known(group: str, version: str) -> bool:
     return GROUP_VERSIONS.get(group) == version
 
 
-# ---- discovery documents ------------------------------------------------------------------------------------
+# ---- discovery documents -----------------------------------------------------------------------------------
 def api_versions(server_address: str) -> dict[str, Any]:
     return {"kind": "APIVersions", "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}

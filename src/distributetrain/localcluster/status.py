@@ -1,4 +1,4 @@
-"""Status objects: every refusal of the local API server, with the real server's codes, reasons and wording."""
+"""Status objects: every refusal of the local API server, with the real server's codes, reasons, wording."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def already_exists(resource: str, name: str, group: str = "") -> ApiStatus:
 
 def conflict(resource: str, name: str, group: str = "", why: str = "") -> ApiStatus:
     why = why or "the object has been modified; please apply your changes to the latest version and try again"
-    return ApiStatus(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {why}',
+    return ApiStatus(409, "Conflict",
+                     f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {why}',
                      details=_details(resource, name, group))
 
 
@@ -80,8 +81,8 @@ def forbidden(message: str, *, resource: str = "", name: str | None = None, grou
 
 
 def method_not_allowed() -> ApiStatus:
-    return ApiStatus(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
-                     details={})
+    return ApiStatus(405, "MethodNotAllowed",
+                     "the server does not allow this method on the requested resource", details={})
 
 
 def gone(message: str) -> ApiStatus:
@@ -94,7 +95,8 @@ def too_large(limit: int) -> ApiStatus:
 
 def unsupported_media(content_type: str, accepted: str) -> ApiStatus:
     return ApiStatus(415, "UnsupportedMediaType",
-                     f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+                     "the body of the request was in an unknown format - accepted media types include: "
+                     f"{accepted}"
                      if content_type else "the body of the request was in an unknown format")
 
 

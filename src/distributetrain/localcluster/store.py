@@ -1,13 +1,13 @@
 """The object store of the local API server: what etcd plus the watch cache are to a real one.
 
-Objects live by resource key ("pods", "roles.rbac.authorization.k8s.io"), namespace and name. Every write takes
-the next value of one global resourceVersion, and every write becomes a watch event that is fanned out to the
-matching watchers and kept in a bounded history, so a watch may resume from any resourceVersion still in it;
-older ones are Gone (410), exactly as after an etcd compaction.
+Objects live by resource key ("pods", "roles.rbac.authorization.k8s.io"), namespace and name. Every write
+takes the next value of one global resourceVersion, and every write becomes a watch event that is fanned out
+to the matching watchers and kept in a bounded history, so a watch may resume from any resourceVersion still
+in it; older ones are Gone (410), exactly as after an etcd compaction.
 
 Stored objects are never mutated in place: a write replaces the dict. That lets each version's JSON be
-serialised once (orjson) and reused by every list and watch that sends it, which is what keeps a 10,000-pod list
-cheap. Everything here runs on the cluster's one event loop; nothing is thread-safe.
+serialised once (orjson) and reused by every list and watch that sends it, which is what keeps a 10,000-pod
+list cheap. Everything here runs on the cluster's one event loop; nothing is thread-safe.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import copy
 import datetime
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,7 @@ class Event:
     type: str
     key: Key
     new: Entry          # for DELETED: the last state with the deletion's resourceVersion
-    old: Entry | None   # the previous state, to tell a watcher with a selector that an object left or joined it
+    old: Entry | None   # the previous state: tells a watcher with a selector that an object left or joined it
 
 
 @dataclass(eq=False)
@@ -150,8 +150,8 @@ class Store:
         obj = self.get(resource, namespace, name)
         return copy.deepcopy(obj) if obj is not None else None
 
-    def entries(self, resource: str, namespace: str | None = None, *, after: Key | None = None) -> list[Entry]:
-        """Entries in key order (namespace, name), as etcd returns them; optionally only those after a key."""
+    def keys(self, resource: str, namespace: str | None = None, *, after: Key | None = None) -> list[Key]:
+        """Keys in order (namespace, name), as etcd returns them; optionally only those after a key."""
         bucket = self._objects.get(resource)
         if not bucket:
             return []
@@ -163,7 +163,18 @@ class Store:
             keys = _key_range(keys, (namespace, ""), (namespace, "\U0010ffff"))
         if after is not None:
             keys = _key_range(keys, after, None, inclusive=False)
-        return [bucket[k] for k in keys]
+        return keys
+
+    def entries(self, resource: str, namespace: str | None = None, *,
+                after: Key | None = None) -> list[Entry]:
+        """Entries in key order; optionally only those after a key."""
+        bucket = self._objects.get(resource, {})
+        return [bucket[k] for k in self.keys(resource, namespace, after=after)]
+
+    def entries_of(self, resource: str, keys: Iterable[Key]) -> Iterator[Entry]:
+        """The entries of these keys (from `keys`), lazily: a page stops reading once it is full."""
+        bucket = self._objects.get(resource, {})
+        return (bucket[k] for k in keys)
 
     def objects(self, resource: str, namespace: str | None = None) -> list[Obj]:
         return [e.obj for e in self.entries(resource, namespace)]
@@ -173,7 +184,7 @@ class Store:
 
     # ---- writing -------------------------------------------------------------------------------------------
     def create(self, resource: str, obj: Obj) -> Obj:
-        """Store a new object: name from generateName, uid, creationTimestamp, resourceVersion are set here."""
+        """Store a new object, setting name (from generateName), uid, creationTimestamp, resourceVersion."""
         meta = obj.setdefault("metadata", {})
         bucket = self._objects.setdefault(resource, {})
         if not meta.get("name") and meta.get("generateName"):
@@ -195,8 +206,8 @@ class Store:
         return obj
 
     def update(self, resource: str, obj: Obj, *, check_version: bool = True) -> Obj:
-        """Replace an object. With `check_version`, a resourceVersion that is not the current one is a Conflict;
-        an empty one always wins (as `kubectl replace --force`-style unconditional updates do)."""
+        """Replace an object. With `check_version`, a resourceVersion that is not the current one is a
+        Conflict; an empty one always wins (as `kubectl replace --force`-style unconditional updates do)."""
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
         bucket = self._objects.get(resource, {})

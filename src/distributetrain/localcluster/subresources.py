@@ -4,12 +4,14 @@ SelfSubjectReview."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from distributetrain.localcluster import auth, rbac
+from distributetrain.localcluster import auth
 from distributetrain.localcluster import status as st
 from distributetrain.localcluster.auth import UserInfo
 from distributetrain.localcluster.bodies import decode_body
@@ -23,12 +25,42 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 MAX_TOKEN_SECONDS = 48 * 3600
+LOG_IDLE_CHECK = 5.0  # how often a quiet `logs -f` checks that its client is still there
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
     from distributetrain.localcluster.api import json_response
 
     return json_response(body, status=status)
+
+
+async def _until_gone(request: web.Request, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The stream's chunks until it ends or the client disconnects (checked while the stream is quiet,
+    without cancelling the stream mid-read)."""
+    iterator = stream.__aiter__()
+    following: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if following is None:
+                following = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({following}, timeout=LOG_IDLE_CHECK)
+            if not done:
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    return
+                continue
+            try:
+                chunk = following.result()
+            except StopAsyncIteration:
+                return
+            following = None
+            yield chunk
+    finally:
+        if following is not None and not following.done():
+            following.cancel()
+        close = getattr(iterator, "aclose", None)
+        if close is not None and following is None:
+            await close()
 
 
 class Subresources:
@@ -62,7 +94,7 @@ class Subresources:
             return _json(server.current(target))
         raise st.method_not_allowed()
 
-    # ---- pods/log -------------------------------------------------------------------------------------------
+    # ---- pods/log ------------------------------------------------------------------------------------------
     async def log(self, request: web.Request, target: Target, server: ApiServer) -> web.StreamResponse:
         pod = server.current(target)
         q = request.query
@@ -70,10 +102,11 @@ class Subresources:
         container = q.get("container") or ""
         if not container:
             if len(containers) != 1:
-                raise st.bad_request(f"a container name must be specified for pod {target.name}, choose one of: "
-                                     f"[{' '.join(containers)}]")
+                raise st.bad_request(f"a container name must be specified for pod {target.name}, choose one "
+                                     f"of: [{' '.join(containers)}]")
             container = containers[0]
-        elif container not in containers + [c.get("name", "") for c in pod["spec"].get("initContainers") or []]:
+        elif container not in containers + [c.get("name", "")
+                                            for c in pod["spec"].get("initContainers") or []]:
             raise st.bad_request(f"container {container} is not valid for pod {target.name}")
         started = any(cs.get("name") == container and ("running" in (cs.get("state") or {}) or
                                                        "terminated" in (cs.get("state") or {}))
@@ -93,9 +126,9 @@ class Subresources:
         response.enable_chunked_encoding()
         await response.prepare(request)
         assert target.namespace is not None and target.name is not None
+        stream = self.runtime.logs(target.namespace, target.name, container, follow=follow, tail_lines=tail)
         try:
-            async for chunk in self.runtime.logs(target.namespace, target.name, container, follow=follow,
-                                                 tail_lines=tail):
+            async for chunk in _until_gone(request, stream):
                 if timestamps:
                     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
                     chunk = b"".join(stamp + b" " + line for line in chunk.splitlines(keepends=True))
@@ -142,7 +175,8 @@ class Subresources:
 
     # ---- serviceaccounts/token ----------------------------------------------------------------------------
     async def token(self, request: web.Request, target: Target, server: ApiServer) -> web.Response:
-        body = await server.read_object(request, target, kind="TokenRequest", api_version="authentication.k8s.io/v1")
+        body = await server.read_object(request, target, kind="TokenRequest",
+                                        api_version="authentication.k8s.io/v1")
         sa = server.current(target)
         spec = body.get("spec") or {}
         seconds = int(spec.get("expirationSeconds") or 3600)
@@ -161,7 +195,7 @@ class Subresources:
                   "status": {"token": token, "expirationTimestamp": stamp}}
         return _json(answer, status=201)
 
-    # ---- review resources (create-only, nothing stored) --------------------------------------------------------
+    # ---- review resources (create-only, nothing stored) ----------------------------------------------------
     async def review(self, request: web.Request, target: Target, user: UserInfo,
                      server: ApiServer) -> web.Response:
         r = target.resource
@@ -179,7 +213,8 @@ class Subresources:
                 attrs = spec.get("resourceAttributes") or {}
                 if attrs.get("namespace") not in (None, "", target.namespace):
                     raise st.bad_request("spec.resourceAttributes.namespace must match the request namespace")
-                body.setdefault("spec", {}).setdefault("resourceAttributes", {})["namespace"] = target.namespace
+                spec = body.setdefault("spec", {})
+                spec.setdefault("resourceAttributes", {})["namespace"] = target.namespace
                 answer = auth.subject_access_review(body, policy)
                 answer["kind"] = "LocalSubjectAccessReview"
                 return _json(answer, status=201)
@@ -187,36 +222,9 @@ class Subresources:
             raise st.ApiStatus(422, "Invalid", error.status["message"], details=error.status.get("details")
                                ) from None
         if r.plural == "selfsubjectrulesreviews":
-            return _json(self._rules_review(body, user, policy), status=201)
+            return _json(auth.self_subject_rules_review(body, user, policy), status=201)
         if r.plural == "selfsubjectreviews":
             return _json({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1",
                           "metadata": {"creationTimestamp": None}, "status": {"userInfo": user.to_dict()}},
                          status=201)
         raise st.method_not_allowed()
-
-    def _rules_review(self, body: Obj, user: UserInfo, policy: rbac.Policy) -> Obj:
-        namespace = (body.get("spec") or {}).get("namespace", "")
-        resource_rules: list[Obj] = []
-        non_resource_rules: list[Obj] = []
-        if rbac.MASTERS in user.groups:
-            resource_rules.append({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})
-            non_resource_rules.append({"verbs": ["*"], "nonResourceURLs": ["*"]})
-        bindings = list(policy.cluster_role_bindings) + list(policy.role_bindings.get(namespace, ()))
-        for binding in bindings:
-            binding_ns = (binding.get("metadata") or {}).get("namespace", "")
-            if not any(rbac.applies_to(s, user.name, user.groups, binding_ns) for s in binding.get("subjects") or []):
-                continue
-            ref = binding.get("roleRef") or {}
-            role = (policy.roles.get((binding_ns, ref.get("name", ""))) if ref.get("kind") == "Role"
-                    else policy.cluster_roles.get(ref.get("name", "")))
-            for rule in (role or {}).get("rules") or []:
-                if rule.get("nonResourceURLs"):
-                    non_resource_rules.append({"verbs": rule.get("verbs", []),
-                                               "nonResourceURLs": rule["nonResourceURLs"]})
-                else:
-                    entry = {k: rule[k] for k in ("verbs", "apiGroups", "resources", "resourceNames") if k in rule}
-                    resource_rules.append(entry)
-        return {"kind": "SelfSubjectRulesReview", "apiVersion": "authorization.k8s.io/v1",
-                "metadata": {"creationTimestamp": None}, "spec": body.get("spec") or {},
-                "status": {"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
-                           "incomplete": False}}

@@ -82,8 +82,9 @@ def _pod(pod: Obj) -> list[Any]:
     ready = sum(1 for cs in statuses if cs.get("ready"))
     restarts = sum(int(cs.get("restartCount", 0)) for cs in statuses)
     gates = (pod.get("spec") or {}).get("readinessGates") or []
-    return [f"{ready}/{total}", pod_status_text(pod), str(restarts), age(pod), status.get("podIP") or "<none>",
-            (pod.get("spec") or {}).get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>",
+    return [f"{ready}/{total}", pod_status_text(pod), str(restarts), age(pod),
+            status.get("podIP") or "<none>", (pod.get("spec") or {}).get("nodeName") or "<none>",
+            status.get("nominatedNodeName") or "<none>",
             f"{len(gates)}/{len(gates)}" if gates else "<none>"]
 
 
@@ -105,9 +106,10 @@ def _node(node: Obj) -> list[Any]:
 
 def _service(svc: Obj) -> list[Any]:
     spec = svc.get("spec") or {}
-    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or []) or "<none>"
-    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
-    return [spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports, age(svc), selector]
+    ports = ",".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}" for p in spec.get("ports") or [])
+    selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items()))
+    return [spec.get("type", "ClusterIP"), spec.get("clusterIP", "<none>"), "<none>", ports or "<none>",
+            age(svc), selector or "<none>"]
 
 
 def _event(ev: Obj) -> list[Any]:
@@ -125,11 +127,13 @@ def _event(ev: Obj) -> list[Any]:
 
 
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
-    "pods": ([("Ready", "string", 0), ("Status", "string", 0), ("Restarts", "string", 0), ("Age", "string", 0),
-              ("IP", "string", 1), ("Node", "string", 1), ("Nominated Node", "string", 1),
+    "pods": ([("Ready", "string", 0), ("Status", "string", 0), ("Restarts", "string", 0),
+              ("Age", "string", 0), ("IP", "string", 1), ("Node", "string", 1),
+              ("Nominated Node", "string", 1),
               ("Readiness Gates", "string", 1)], _pod),
-    "nodes": ([("Status", "string", 0), ("Roles", "string", 0), ("Age", "string", 0), ("Version", "string", 0),
-               ("Internal-IP", "string", 1), ("External-IP", "string", 1), ("OS-Image", "string", 1),
+    "nodes": ([("Status", "string", 0), ("Roles", "string", 0), ("Age", "string", 0),
+               ("Version", "string", 0), ("Internal-IP", "string", 1), ("External-IP", "string", 1),
+               ("OS-Image", "string", 1),
                ("Kernel-Version", "string", 1), ("Container-Runtime", "string", 1)], _node),
     "namespaces": ([("Status", "string", 0), ("Age", "string", 0)],
                    lambda o: [(o.get("status") or {}).get("phase", ""), age(o)]),
@@ -146,17 +150,22 @@ _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
 }
 
 
+def _column(column: Column) -> Obj:
+    name, kind, priority = column
+    return {"name": name, "type": kind, "format": "", "description": name, "priority": priority}
+
+
 def table(resource: Resource, objects: list[Obj], resource_version: int, *,
           include_object: str = "Metadata") -> Obj:
     columns, cells = _PRINTERS.get(resource.plural, ([("Age", "string", 0)], lambda o: [age(o)]))
     if resource.plural == "events":
-        columns_out = [{"name": n, "type": t, "format": "", "description": n, "priority": p} for n, t, p in columns]
+        columns_out = [_column(c) for c in columns]
         columns_out.insert(0, {"name": "Name", "type": "string", "format": "name", "description": "Name",
                                "priority": 1})
     else:
         columns_out = [{"name": "Name", "type": "string", "format": "name",
                         "description": "Name must be unique within a namespace.", "priority": 0}]
-        columns_out += [{"name": n, "type": t, "format": "", "description": n, "priority": p} for n, t, p in columns]
+        columns_out += [_column(c) for c in columns]
     rows = []
     for obj in objects:
         row_cells = cells(obj)

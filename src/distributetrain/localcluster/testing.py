@@ -3,7 +3,8 @@
 This package may not import the `kubernetes` client, so the fixture supplies `client_factory`: a callable
 building a configured ApiClient from (url, ca_path, token). Everything else lives here:
 
-    cluster = start_cluster(nodes=[5, 3, 2], runtime="sim", client_factory=...)
+    cluster = start_cluster(nodes=[5, 3, 2], runtime="sim", client_factory=...)   # any ClusterSpec field too,
+    cluster = start_cluster(nodes=[5, 3, 2], cpu_nodes=1, ...)   # e.g. plus an untainted GPU-less cpu-1
     cluster.kubeconfig / .url / .ca_path / .store / .runtime / .token_for(ns, sa) / .call(coro)
     cluster.api_client()                 # admin; .api_client(token=cluster.token_for("ns", "sa")) for an SA
     cluster.kubectl("get", "pods", "-o", "wide")   # the real kubectl, fresh discovery cache each call
@@ -120,8 +121,8 @@ class TestCluster:
         self._clients.append(client)
         return client
 
-    def kubectl(self, *args: str, input: str | None = None, token: str | None = None,
-                timeout: float = 60.0, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, input: str | None = None, token: str | None = None, timeout: float = 60.0,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run the real kubectl against this cluster (admin unless `token`), with a fresh discovery cache."""
         cache = tempfile.mkdtemp(prefix="kubectl-cache-")
         command = [kubectl_path(), "--kubeconfig", str(self.kubeconfig), "--cache-dir", cache]

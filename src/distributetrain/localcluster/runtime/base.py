@@ -46,7 +46,8 @@ class PodRuntime(Protocol):
 
     async def run_pod(self, pod: dict[str, Any]) -> None:
         """A pod was bound to a node (spec.nodeName set). Start it and report its status through the host
-        (phase, podIP, hostIP, startTime, conditions, containerStatuses); return without waiting for it to end."""
+        (phase, podIP, hostIP, startTime, conditions, containerStatuses); return without waiting for it
+        to end."""
         ...
 
     async def stop_pod(self, pod: dict[str, Any], grace_seconds: float) -> None:
@@ -64,5 +65,5 @@ class PodRuntime(Protocol):
         ...
 
     async def shutdown(self) -> None:
-        """Stop every pod and remove everything the runtime made (processes, namespaces, veths, mounts, files)."""
+        """Stop every pod; remove all the runtime made (processes, namespaces, veths, mounts, files)."""
         ...

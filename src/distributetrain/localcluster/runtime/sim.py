@@ -106,15 +106,25 @@ class SimRuntime:
     async def start(self, host: RuntimeHost) -> None:
         self.host = host
 
-    # ---- addresses --------------------------------------------------------------------------------------------
+    # ---- addresses -----------------------------------------------------------------------------------------
     def _index(self, node: str) -> int:
         if node not in self._node_index:
-            match = re.fullmatch(r"node-(\d+)", node)
+            wanted = self._cidr_index(node)
             taken = set(self._node_index.values())
-            index = int(match.group(1)) if match and int(match.group(1)) not in taken else max(taken | {0}) + 1
+            index = wanted if wanted and wanted not in taken else max(taken | {0}) + 1
             self._node_index[node] = index
             self._free_ips[node] = list(range(254, 1, -1))
         return self._node_index[node]
+
+    def _cidr_index(self, node: str) -> int:
+        """The node's number from its podCIDR 10.<244 + n // 256>.<n % 256>.0/24 (cpu-1 has one too)."""
+        obj = self.host.get("nodes", None, node) if self.host is not None else None
+        cidr = str(((obj or {}).get("spec") or {}).get("podCIDR") or "")
+        match = re.fullmatch(r"10\.(\d+)\.(\d+)\.0/24", cidr)
+        if match and int(match.group(1)) >= 244:
+            return (int(match.group(1)) - 244) * 256 + int(match.group(2))
+        match = re.fullmatch(r"node-(\d+)", node)
+        return int(match.group(1)) if match else 0
 
     def _allocate_ip(self, node: str) -> str:
         index = self._index(node)
@@ -136,7 +146,7 @@ class SimRuntime:
             self._node_ips[node] = str(address)
         return self._node_ips[node]
 
-    # ---- PodRuntime ------------------------------------------------------------------------------------------
+    # ---- PodRuntime ----------------------------------------------------------------------------------------
     async def run_pod(self, pod: Obj) -> None:
         meta, spec = pod["metadata"], pod["spec"]
         key = (meta["namespace"], meta["name"])
@@ -147,7 +157,8 @@ class SimRuntime:
         now = _now()
         containers = [_Container(c.get("name", ""), c.get("image", ""), now, {"running": {"startedAt": now}},
                                  behavior.ready) for c in spec.get("containers") or []]
-        base = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+        base = [c for c in (pod.get("status") or {}).get("conditions") or []
+                if c.get("type") == "PodScheduled"]
         sim = _Pod(meta["namespace"], meta["name"], meta.get("uid", ""), node, self._allocate_ip(node),
                    spec.get("restartPolicy", "Always"), containers, base, behavior.ready)
         self._pods[key] = sim
@@ -224,9 +235,10 @@ class SimRuntime:
         self._pods.clear()
         self._logs.clear()
 
-    # ---- test hooks --------------------------------------------------------------------------------------------
-    async def exit_container(self, namespace: str, name: str, code: int, container: str | None = None) -> None:
-        """The container (default: every running one) exits with `code`; restartPolicy decides what follows."""
+    # ---- test hooks ----------------------------------------------------------------------------------------
+    async def exit_container(self, namespace: str, name: str, code: int,
+                             container: str | None = None) -> None:
+        """The container (default: every running one) exits with `code`; restartPolicy decides the rest."""
         sim = self._pods.get((namespace, name))
         if sim is None or sim.phase in ("Succeeded", "Failed"):
             return
@@ -273,7 +285,7 @@ class SimRuntime:
         """(namespace, name) of every pod the runtime holds."""
         return sorted(self._pods)
 
-    # ---- internals -------------------------------------------------------------------------------------------
+    # ---- internals -----------------------------------------------------------------------------------------
     def _log(self, key: tuple[str, str], container: str) -> _Log:
         full = (key[0], key[1], container)
         if full not in self._logs:

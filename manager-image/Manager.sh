@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The manager pod's job, as the design has it: PreTraining (plan, create the workers and, once they are
+# Ready, the hostfile and the chief), then PostTraining (stream the chief's log, wait for it to end, delete
+# the workers). Both phases read the same request: this script's arguments plus the DT_* environment
+# (`distributetrain run --help` lists them all). The logic lives in the distributetrain package.
+#
+# The kubelet's SIGTERM reaches PID 1, this shell. It is handed to the running phase, which deletes everything
+# the job created and exits 128+signal. A phase tells this shell (SIGUSR1) once it holds signals for its
+# cleanup; a signal that arrives earlier, or between the phases, waits until then, so none is lost.
+# The active deadline counts from this script's start.
+set -u
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+python=${DT_PYTHON:-python3}
+export DT_MANAGER_STARTED_AT="${DT_MANAGER_STARTED_AT:-$(date +%s)}"
+export DT_NOTIFY_PARENT=1
+
+child="" ready="" pending="" received=""
+deliver() {
+    if [ -n "$pending" ] && [ -n "$child" ] && [ -n "$ready" ]; then
+        kill "-$pending" "$child" 2>/dev/null
+        pending=""
+    fi
+}
+trap 'received=TERM pending=TERM; deliver' TERM
+trap 'received=INT pending=INT; deliver' INT
+trap 'ready=1; deliver' USR1
+
+phase() {
+    local script=$1 status
+    shift
+    ready=""
+    "$python" "$here/$script" "$@" &
+    child=$!
+    # `wait` returns early whenever a trapped signal arrives: wait again until the phase itself has ended
+    while true; do
+        wait "$child"
+        status=$?
+        kill -0 "$child" 2>/dev/null || break
+    done
+    child=""
+    return "$status"
+}
+
+phase DistributeTrain_PreTraining.py "$@" || exit $?
+# PreTraining succeeded: a signal it did not act on (it came as PreTraining finished) goes to PostTraining,
+# which then deletes the job at once
+pending=$received
+phase DistributeTrain_PostTraining.py "$@"

@@ -1,0 +1,112 @@
+"""Least privilege: the manager completes under exactly the rules of rbac/, and removing any single rule makes
+the step that needs it fail with the API server's Forbidden message surfaced to the user."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from manager_support import chief_behavior, leftovers, orchestrator, spec
+
+from distributetrain.errors import ApiError
+from distributetrain.k8s import Kube
+from distributetrain.localcluster.testing import TestCluster
+from distributetrain.supervisor import delete_job
+
+Factory = Callable[..., TestCluster]
+pytestmark = pytest.mark.timeout(180)
+ROOT = Path(__file__).resolve().parents[2]
+SA = "distributetrain-serviceaccount"
+USER = f'User "system:serviceaccount:default:{SA}"'
+
+
+def documents(*names: str) -> list[dict[str, Any]]:
+    return [doc for name in names for doc in yaml.safe_load_all((ROOT / name).read_text()) if doc]
+
+
+def roles() -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in documents("rbac/DistributeTrain_ClusterRole.yaml")}
+
+
+def apply(cluster: TestCluster, docs: list[dict[str, Any]]) -> None:
+    result = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    assert result.returncode == 0, result.stderr
+
+
+def as_manager(cluster: TestCluster) -> Kube:
+    token = cluster.token_for("default", SA)
+    return Kube.from_token(url=cluster.url, token=token, ca_path=str(cluster.ca_path))
+
+
+@pytest.fixture
+def rbac_cluster(local_cluster_factory: Factory) -> TestCluster:
+    cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=0, exit_after=0.5)])
+    result = cluster.kubectl("apply", "-f", str(ROOT / "rbac"))
+    assert result.returncode == 0, result.stderr
+    return cluster
+
+
+def test_manager_completes_with_exactly_the_rbac_rules(rbac_cluster: TestCluster) -> None:
+    orch, recorder = orchestrator(rbac_cluster, spec(job_name="least"), kube=as_manager(rbac_cluster))
+    assert orch.run() == 0
+    assert "epoch 2" in recorder.chief_out.getvalue()
+    assert leftovers(rbac_cluster, "least") == {"pods": ["least-chief"]}
+
+
+RULES = [("ClusterRole", i) for i in range(len(roles()["ClusterRole"]["rules"]))] + \
+        [("Role", i) for i in range(len(roles()["Role"]["rules"]))]
+
+
+@pytest.mark.parametrize(("kind", "index"), RULES, ids=[f"{k}-{i}" for k, i in RULES])
+def test_removing_any_single_rule_fails_with_forbidden(rbac_cluster: TestCluster, kind: str,
+                                                       index: int) -> None:
+    role = copy.deepcopy(roles()[kind])
+    removed = role["rules"].pop(index)
+    apply(rbac_cluster, [role])
+    job = f"rbac-{kind.lower()}-{index}"
+    orch, _ = orchestrator(rbac_cluster, spec(job_name=job), kube=as_manager(rbac_cluster))
+    with pytest.raises(ApiError) as caught:
+        orch.run()
+    message = str(caught.value)
+    assert caught.value.exit_code == 72
+    assert "Forbidden" in message and "is forbidden: " + USER in message
+    verbs_or = "|".join(removed["verbs"])
+    assert any(f'cannot {verb} resource "{resource}"' in message
+               for verb in verbs_or.split("|") for resource in removed["resources"]), message
+    delete_job(Kube(rbac_cluster.api_client()), job=job, namespace="default", keep_chief=False)
+
+
+def test_rbac_grants_no_writes_cluster_wide() -> None:
+    cluster_role = roles()["ClusterRole"]
+    verbs = {verb for rule in cluster_role["rules"] for verb in rule["verbs"]}
+    assert verbs <= {"get", "list", "watch"}
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {"nodes", "pods"}
+
+
+@pytest.mark.parametrize("version", ["1.30.0", "1.37.0"])
+def test_rbac_and_manifests_validate_strictly(version: str) -> None:
+    files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
+    assert [f.name for f in files] == [
+        "DistributeTrain_ClusterRole.yaml", "DistributeTrain_ClusterRoleBinding.yaml",
+        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml"]
+    for path in files:
+        for doc in yaml.safe_load_all(path.read_text()):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_manager_manifest_runs_as_the_service_account_non_root() -> None:
+    (pod,) = documents("manifests/DistributeTrain_Manager.yaml")
+    assert pod["metadata"]["name"] == "distributetrain-manager"
+    assert pod["spec"]["serviceAccountName"] == SA and pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    container = pod["spec"]["containers"][0]
+    assert container["args"][:2] == ["--gpus", "6"]
+    downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+                for e in container["env"] if "valueFrom" in e}
+    assert downward == {"DT_NAMESPACE": "metadata.namespace", "DT_MANAGER_POD_NAME": "metadata.name",
+                        "DT_MANAGER_POD_UID": "metadata.uid", "DT_MANAGER_NAMESPACE": "metadata.namespace"}

@@ -1,0 +1,53 @@
+"""Reading pod status as a person would: ready or not, and why, in the scheduler's or kubelet's words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from distributetrain import podstatus
+
+TERM = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]}
+PINNED = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+    "nodeSelectorTerms": [TERM]}}}}
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu."}
+
+
+def pod(status: dict[str, Any], *, bound: bool = True) -> dict[str, Any]:
+    spec = {**PINNED, **({"nodeName": "node-1"} if bound else {})}
+    return {"metadata": {"name": "train-worker-0", "annotations": {"distributetrain.io/gpus": "5"}},
+            "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(("status", "bound", "expected"), [
+    ({"phase": "Pending", "conditions": [UNSCHEDULABLE]},
+     False, "pod train-worker-0 planned for node node-1: not scheduled: Unschedulable: 0/3 nodes are "
+            "available: 1 Insufficient nvidia.com/gpu."),
+    ({"phase": "Pending", "containerStatuses": [{"name": "worker", "state": {"waiting": {
+        "reason": "ImagePullBackOff", "message": "Back-off pulling image \"x:1\""}}}]},
+     True, "pod train-worker-0 on node node-1: container worker waiting: ImagePullBackOff: Back-off pulling "
+           "image \"x:1\""),
+    ({"phase": "Failed", "reason": "NodeLost", "message": "Node node-1 is unresponsive"},
+     True, "pod train-worker-0 on node node-1: NodeLost: Node node-1 is unresponsive"),
+    ({"phase": "Failed", "containerStatuses": [{"name": "worker", "state": {"terminated": {
+        "exitCode": 137, "reason": "OOMKilled"}}}]},
+     True, "pod train-worker-0 on node node-1: container worker exited with code 137: OOMKilled"),
+    ({"phase": "Running",
+      "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]},
+     True, "pod train-worker-0 on node node-1: running but not Ready (its readiness probe has not passed: "
+           "ContainersNotReady)"),
+])
+def test_describe_says_which_pod_where_and_why(status: dict[str, Any], bound: bool, expected: str) -> None:
+    assert podstatus.describe(pod(status, bound=bound)) == expected
+
+
+def test_ready_and_terminated() -> None:
+    ready = pod({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]})
+    assert podstatus.is_ready(ready) and not podstatus.is_terminated(ready)
+    done = pod({"phase": "Succeeded", "containerStatuses": [{"name": "launcher", "state": {"terminated": {
+        "exitCode": 0}}}]})
+    assert podstatus.is_terminated(done) and not podstatus.is_ready(done)
+    assert podstatus.exit_code(done, "launcher") == 0 and podstatus.exit_code(ready) is None
+    assert podstatus.gpus(ready) == 5 and podstatus.planned_node(ready) == "node-1"
