@@ -9,6 +9,8 @@ Horovod and NumPy, plus scikit-learn only for the default dataset, not the distr
 Output contract (tests and `make demo` read these lines):
   rank 0:     `epoch=E loss=... accuracy=... val_loss=... val_accuracy=...` after every epoch
   rank 0:     `final_accuracy=0.9xxx` on the held-out split, at the end
+  rank 0:     `first_step_unix=T` (time.time()) once, when the first training batch ends: the end of the
+              job's start-up, which bench/demo_phases.py measures
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
 """
 
@@ -18,6 +20,7 @@ import argparse
 import hashlib
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the job log readable: no oneDNN/CPU banners
 
@@ -111,6 +114,19 @@ class EpochLog(tf.keras.callbacks.Callback):
         print(f"epoch={epoch + 1} {fields}", flush=True)
 
 
+class FirstStepLog(tf.keras.callbacks.Callback):
+    """When the first training step ended, once, as Unix time: start-up phases are timed against it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        if not self.done:
+            self.done = True
+            print(f"first_step_unix={time.time():.3f}", flush=True)
+
+
 def main() -> int:
     args = parse_args()
     hvd.init()
@@ -143,7 +159,7 @@ def main() -> int:
         hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
     ]
     if rank == 0:
-        callbacks.append(EpochLog())
+        callbacks += [EpochLog(), FirstStepLog()]
         if args.output_dir:  # only rank 0 writes, so ranks never race on the shared volume
             os.makedirs(args.output_dir, exist_ok=True)
             callbacks += [

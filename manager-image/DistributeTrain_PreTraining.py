@@ -17,4 +17,4 @@ if os.environ.get("DT_NOTIFY_PARENT") == "1":
 from distributetrain.cli import main  # noqa: E402 - after the signal mask, on purpose
 
 if __name__ == "__main__":
-    main(["launch", *sys.argv[1:]])
+    main(["launch", "--quiet", *sys.argv[1:]])  # the pod's log is for people: no bare job name in it

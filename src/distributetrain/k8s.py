@@ -145,7 +145,8 @@ class Kube:
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=kubeconfig, context=context, client_configuration=configuration)
         except (config.ConfigException, OSError) as err:
-            raise ApiError(f"cannot load the Kubernetes configuration ({kubeconfig or 'default'}): {err}. "
+            why = str(err).rstrip(".")
+            raise ApiError(f"cannot load the Kubernetes configuration ({kubeconfig or 'default'}): {why}. "
                            "Pass --kubeconfig FILE, or run inside the cluster") from err
         return Kube(_api_client(configuration), **options)
 

@@ -11,24 +11,20 @@ run: launch, supervise, and on any failure or signal delete everything the job o
 
 from __future__ import annotations
 
-import contextlib
 import random
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from distributetrain import inventory, k8s, manifests, naming, planner, podstatus, sshkeys
+from distributetrain import inventory, joblog, k8s, manifests, naming, planner, podstatus, signals, sshkeys
 from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.errors import (
     ApiError,
     CannotPlace,
     DeadlineExceeded,
     DistributeTrainError,
-    Interrupted,
     InvalidInput,
     ScheduleTimeout,
 )
@@ -98,7 +94,7 @@ class Orchestrator:
     def _guarded(self, body: Callable[[], T]) -> T:
         # the try encloses the signal handling: a held signal fires the moment it is unblocked, on entry
         try:
-            with _signals_raise_interrupted():
+            with signals.raising_interrupted():
                 return body()
         except BaseException as err:
             if self._touched:
@@ -109,8 +105,7 @@ class Orchestrator:
             raise
 
     def supervise(self, launched: Launched) -> int:
-        self.reporter.say(f"supervising job {launched.job}: chief {launched.chief}, workers "
-                          f"{', '.join(launched.workers) or '(none)'}")
+        """PostTraining; `supervise` names the chief and the workers it watches, as read from the cluster."""
         return supervise(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
                          keep_chief=self.spec.keep_chief, reporter=self.reporter,
                          workers=None if launched.adopted else launched.workers, deadline=self._deadline,
@@ -125,30 +120,48 @@ class Orchestrator:
         plan = self._plan(attempt=0)
         keys = sshkeys.generate(f"{spec.job_name}@distributetrain")
         self._touched = True
-        self._create(manifests.ssh_secret(spec, keys, owner=self.owner))
+        secret = self._create(manifests.ssh_secret(spec, keys, owner=self.owner))["metadata"]["name"]
+        made = f"Secret {secret} (the job's ssh key pair)"
         if spec.network_policy:
-            self._create(manifests.network_policy(spec, owner=self.owner))
+            policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
+            made += f" and NetworkPolicy {policy} (job pods admit only job pods)"
+        self.reporter.say(f"created {made}")
         timings: dict[str, float] = {}
         attempt = 0
         while True:
-            names = [self._create(manifests.worker_pod(spec, index=i, entry=e, owner=self.owner))
-                     ["metadata"]["name"] for i, e in enumerate(plan.workers)]
-            timings["workers_created"] = self._clock() - self._started
+            names = []
+            for index, entry in enumerate(plan.workers):
+                names.append(self._create(manifests.worker_pod(spec, index=index, entry=entry,
+                                                               owner=self.owner))["metadata"]["name"])
+                self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
+                                  f"{joblog.gpus_text(entry.gpus)}")
+            created_at = self._clock()
+            timings["workers_created"] = created_at - self._started
             failure, ready = self._wait_for_pods(names, naming.ROLE_WORKER, podstatus.is_ready)
             created = list(names)
             if failure is None:
                 timings["workers_ready"] = self._clock() - self._started
+                if names:
+                    self.reporter.say(f"{len(names)} worker(s) Running and Ready "
+                                      f"{self._clock() - created_at:.2f}s after their creation")
                 hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
-                self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+                hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+                self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
+                                  f"{joblog.hostfile_text(hosts) or '(no workers)'}")
                 chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
                 timings["chief_created"] = self._clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
-                                  f"{plan.chief.gpus} GPU(s); hostfile: {len(hosts)} worker(s)")
+                                  f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
+                                  "process(es) from it")
                 # the chief belongs to the gang: its GPUs may have been taken since the plan, too
                 created.append(chief["metadata"]["name"])
-                failure, _ = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
+                failure, pods = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
                 if failure is None:
                     timings["chief_started"] = self._clock() - self._started
+                    self.reporter.say(
+                        f"chief {created[-1]} is {podstatus.phase(pods[created[-1]])}, "
+                        f"{timings['chief_started'] - timings['chief_created']:.2f}s after its creation; "
+                        "its launcher checks every worker's sshd, then starts horovodrun")
                     break
             self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
                               "so no GPU stays held")
@@ -173,6 +186,7 @@ class Orchestrator:
         spec = self.spec
         wait_until = self._clock() + spec.wait_for_gpus
         interval = 2.0
+        shown: list[str] = []
         while True:
             self._check_deadline("planning")
             nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
@@ -182,6 +196,11 @@ class Orchestrator:
                 rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
                                            node_selector=spec.node_selector_dict)
             del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
+            table = joblog.inventory_lines(rows, resource=spec.resource)
+            if table != shown:  # waiting for GPUs: the same table again says nothing new
+                for line in table:
+                    self.reporter.say(line)
+                shown = table
             topology = inventory.topology(rows, spec.topology_key) if spec.topology_key else None
             try:
                 plan = planner.plan(inventory.free_gpus(rows), spec.gpus, topology=topology,
@@ -329,7 +348,7 @@ def wait_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool = True,
     signal delete everything it owns."""
     reporter = reporter or Reporter()
     try:
-        with _signals_raise_interrupted():
+        with signals.raising_interrupted():
             return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     except BaseException as err:
         why = (str(err) or type(err).__name__).splitlines()[0]
@@ -341,7 +360,7 @@ def wait_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool = True,
 def _cleanup(kube: Kube, *, job: str, namespace: str, reporter: Reporter) -> None:
     """Delete the whole job after a failure; a failing cleanup is reported, and never hides the failure that
     caused it."""
-    with _signals_ignored():
+    with signals.ignored():
         try:
             delete_job(kube, job=job, namespace=namespace, keep_chief=False, reporter=reporter)
         except DistributeTrainError as err:
@@ -371,42 +390,6 @@ def _check_resource_known(nodes: list[dict[str, Any]], resource: str) -> None:
     listed = ", ".join(sorted(known)) or "none"
     raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
                        f"{listed}); pass --resource with one of them; nothing was created")
-
-
-def _raise_interrupted(signal_number: int, _frame: object) -> None:
-    raise Interrupted(f"received {signal.Signals(signal_number).name}", signal_number=signal_number)
-
-
-@contextlib.contextmanager
-def _signals_raise_interrupted() -> Iterator[None]:
-    """SIGTERM/SIGINT raise Interrupted in the main thread, wherever it blocks, so cleanup runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
-    # the entry scripts of Manager.sh hold these signals from their first line: a held one lands here
-    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
-    try:
-        yield
-    finally:
-        # held again as before (Manager.sh hands a signal that comes now to the next phase), then restored
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """A second signal must not cut the cleanup short: it is bounded and quick."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 __all__ = ["DistributeTrainError", "Launched", "Orchestrator", "Reporter"]

@@ -36,7 +36,7 @@ def parse_quantity(value: str | int | float, *, what: str = "quantity") -> Fract
 
 
 def parse_count(value: str | int | float, *, what: str) -> int:
-    """Parse a quantity that must be a whole number, such as a GPU count; fractions are an error, never rounded."""
+    """Parse a quantity that must be whole, such as a GPU count: a fraction is an error, never rounded."""
     amount = parse_quantity(value, what=what)
     if amount.denominator != 1:
         raise InvalidQuantity(f"{what}: {value!r} is not a whole number; extended resources such as GPUs "

@@ -4,14 +4,16 @@ cleanup every path uses, which only ever touches objects carrying the job's labe
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
-from distributetrain import naming, podstatus
+from distributetrain import joblog, naming, podstatus
 from distributetrain.errors import ApiError, ChiefLost, DeadlineExceeded, ScheduleTimeout, WorkerFailed
 from distributetrain.k8s import Forbidden, Kube, NotFound
 from distributetrain.manifests import CHIEF_CONTAINER, ENV_NUM_PROCESSES
@@ -24,6 +26,8 @@ JOB_KINDS = ("pods", "networkpolicies", "configmaps", "secrets")
 # a chief that ended for one of these reasons did not run to the end of training: the pod was lost
 LOST_REASONS = frozenset({"NodeLost", "Evicted", "Shutdown", "Terminated", "UnexpectedAdmissionError"})
 CLEANUP_WAIT = 90.0
+# the launcher's own words when a rank fails (launcher.run): "rank N on HOST exited with CODE"
+RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
 
 
 class Reporter:
@@ -36,7 +40,8 @@ class Reporter:
         self._lock = threading.Lock()
 
     def say(self, message: str) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = time.time()  # milliseconds: the phases of a job's start-up take fractions of a second
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
         with self._lock:
             out = self.stream or sys.stderr
             out.write(f"{stamp} distributetrain: {message}\n")
@@ -62,6 +67,7 @@ class LogFollower(threading.Thread):
         self.finished = threading.Event()  # the chief's container ended: read to the end, then stop
         self.stop = threading.Event()      # give up now
         self.lines = 0
+        self.tail: deque[bytes] = deque(maxlen=50)  # the chief's last lines: the launcher's verdict is there
         self.error: ApiError | None = None  # a refusal (403) that retrying cannot fix; fails the job
 
     def run(self) -> None:
@@ -76,6 +82,7 @@ class LogFollower(threading.Thread):
                 for number, line in enumerate(stream):
                     if number >= self.lines:
                         self.sink(line)
+                        self.tail.append(line)
                         self.lines += 1
             except NotFound:
                 return
@@ -111,6 +118,9 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
             present = ", ".join(workers) or "none"
             raise WorkerFailed(f"job {job}: its pods hold {held} GPU(s) but the chief runs {expected} "
                                f"processes: worker pod(s) are missing (present: {present})")
+    named = [joblog.pod_text(first[n]) if n in first else n for n in workers]
+    reporter.say(f"supervising job {job}: chief {joblog.pod_text(first[chief_name])}, workers "
+                 f"{joblog.listing(named) or '(none: the chief runs every process)'}")
     follower = LogFollower(kube, namespace, chief_name, reporter.chief_line)
     follower.start()
     chief_deadline = clock() + schedule_timeout
@@ -137,9 +147,27 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
         follower.stop.set()
     if follower.error is not None:
         raise follower.error  # the training's log could not be read: a setup error the user must see
-    reporter.say(f"chief {chief_name} ended with exit code {code}; releasing the workers")
+    blamed = failed_rank(follower.tail, watched.objects) if code else None
+    reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
+                 + "; releasing the workers")
     delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
+
+
+def failed_rank(lines: Iterable[bytes], pods: Mapping[str, podstatus.Pod]) -> str | None:
+    """The rank the chief's launcher reported failed, named as the user knows it: the pod holding that
+    address, its role and node (the launcher itself only knows the pod IP)."""
+    for line in reversed(list(lines)):
+        match = RANK_FAILED.search(line)
+        if match is None:
+            continue
+        rank, host, code = int(match[1]), match[2].decode("utf-8", "replace"), match[3].decode()
+        for name, pod in sorted(pods.items()):
+            if podstatus.pod_ip(pod) == host:
+                return (f"rank {rank} on {podstatus.role(pod) or 'pod'} {name}, node {podstatus.node(pod)}, "
+                        f"{host}, exited with {code}")
+        return f"rank {rank} on {host} exited with {code}"
+    return None
 
 
 def expected_processes(chief: podstatus.Pod) -> int | None:

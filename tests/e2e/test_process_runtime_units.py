@@ -17,7 +17,12 @@ from distributetrain.localcluster.images import (
     parse_dockerfile,
 )
 from distributetrain.localcluster.runtime import podstatus as ps
-from distributetrain.localcluster.runtime.netns import AddressPool, choose_second_octet, node_index
+from distributetrain.localcluster.runtime.netns import (
+    AddressPool,
+    choose_second_octet,
+    cidr_index,
+    node_index,
+)
 from distributetrain.localcluster.runtime.podenv import (
     NotReadyYet,
     container_env,
@@ -230,6 +235,12 @@ def test_subnet_choice_skips_what_the_machine_uses() -> None:
 def test_pod_addresses_per_node() -> None:
     known: dict[str, int] = {}
     assert [node_index(n, known) for n in ("node-3", "gpu-a", "node-1", "node-3")] == [3, 1, 2, 3]
+    # a node's podCIDR decides its number, so cpu-1 (10.244.4.0/24) never takes node-1's range
+    known = {}
+    assert node_index("cpu-1", known, pod_cidr="10.244.4.0/24") == 4
+    assert node_index("node-1", known, pod_cidr="10.244.1.0/24") == 1
+    assert node_index("cpu-2", known) == 2
+    assert [cidr_index(c) for c in ("10.244.7.0/24", "10.245.1.0/24", "192.168.1.0/24", "")] == [7, 0, 0, 0]
     pool = AddressPool(10, 244)
     first, second = pool.allocate(3), pool.allocate(3)
     assert (first, second, pool.node_ip(3)) == ("10.244.3.2", "10.244.3.3", "10.244.3.1")

@@ -89,6 +89,21 @@ def test_limit_and_continue_page_through_everything(v1: client.CoreV1Api) -> Non
     assert pages == 3 and seen == [f"p{i}" for i in range(7)]
 
 
+def test_limit_with_a_selector_pages_through_matches_without_a_remaining_count(v1: client.CoreV1Api) -> None:
+    for i in range(7):
+        v1.create_namespaced_pod("default", pod(f"p{i}", labels={"parity": "odd" if i % 2 else "even"}))
+    seen, token = [], None
+    while True:
+        page = v1.list_namespaced_pod("default", label_selector="parity=even", limit=2, _continue=token)
+        seen += [p.metadata.name for p in page.items]
+        # the real server cannot count what a selector leaves, so it never says
+        assert page.metadata.remaining_item_count is None
+        token = page.metadata._continue
+        if not token:
+            break
+    assert seen == ["p0", "p2", "p4", "p6"]
+
+
 def test_stale_update_conflicts_and_duplicate_create_already_exists(v1: client.CoreV1Api) -> None:
     v1.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {"k": "1"}})
     fresh = v1.read_namespaced_config_map("cfg", "default")

@@ -132,6 +132,10 @@ def test_manager_sh_runs_pretraining_then_posttraining(local_cluster_factory: Fa
     out, err = manager.communicate(timeout=120)
     assert manager.returncode == 5, err
     assert "trained" in out and "plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3" in err
+    # PostTraining, a process of its own, reads the worker from the cluster and names it
+    assert "supervising job sh: chief sh-chief (node-3, 1 GPU), workers sh-worker-0 (node-1, 5 GPUs)" in err
+    # the pod's log is for people: PreTraining does not echo the job's name as `launch` does for scripts
+    assert out.splitlines() == ["trained"]
     assert leftovers(cluster, "sh") == {"pods": ["sh-chief"]}
 
 

@@ -64,11 +64,28 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
     assert secret is not None
     assert base64.b64decode(secret["data"]["id_ed25519"]).startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
     assert launched.timings["chief_created"] >= launched.timings["workers_created"]
+    # the manager's log tells the user all of it, in order: the inventory, the plan, each pod and where
+    said = [line.split(" distributetrain: ", 1)[1] for line in recorder.text.splitlines()]
+    assert said[:5] == [
+        "inventory: 3 node(s), 3 eligible; 10 of 10 nvidia.com/gpu free on eligible nodes",
+        "  NODE    ALLOCATABLE  REQUESTED  FREE  ELIGIBLE",
+        "  node-1  5            0          5     yes",
+        "  node-2  3            0          3     yes",
+        "  node-3  2            0          2     yes",
+    ]
+    assert said[5] == "plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3; chief 1 on node-3"
+    assert said[7] == "worker train-worker-0 created on node-1 with 5 GPUs"
+    assert said[8].startswith("1 worker(s) Running and Ready ")
+    assert said[9] == f"hostfile ConfigMap train-hostfile written: {worker['status']['podIP']} slots=5"
+    assert said[10].startswith("chief train-chief created on node-3 with 1 GPU;")
+    assert said[11].startswith("chief train-chief is Running, ")
 
     # training ends: the chief logs and exits 0
     cluster.call(cluster.runtime.append_log("default", "train-chief", "loss 0.1\n"))  # type: ignore[attr-defined]
     cluster.call(cluster.runtime.exit_container("default", "train-chief", 0))  # type: ignore[attr-defined]
     assert orch.supervise(launched) == 0
+    assert ("supervising job train: chief train-chief (node-3, 1 GPU), workers train-worker-0 "
+            "(node-1, 5 GPUs)") in recorder.text
     assert "epoch 2 loss 0.5\nloss 0.1\n" in recorder.chief_out.getvalue()
     assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
 
@@ -197,7 +214,8 @@ def test_a_job_that_fits_one_node_is_a_chief_alone(local_cluster_factory: Factor
     orch, recorder = orchestrator(cluster, spec(gpus="2", keep_chief="true"), kube=kube)
     assert orch.run() == 0
     assert [(e.node, e.gpus) for e in recorder.plans[0].allocation] == [("node-3", 2)]  # the tightest fit
-    assert "workers (none)" in recorder.text and "hostfile: 0 worker(s)" in recorder.text
+    assert "workers (none: the chief runs every process)" in recorder.text
+    assert "hostfile ConfigMap train-hostfile written: (no workers)" in recorder.text
     assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
 
 

@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-
-from conftest import (
+from reliability_support import (
     Factory,
     ManagerThread,
     chief_exits,
@@ -27,6 +26,7 @@ from conftest import (
     spec,
     wait_until,
 )
+
 from distributetrain.localcluster.testing import TestCluster
 
 CHIEF_LINES = ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "epoch 3 loss 0.2"]

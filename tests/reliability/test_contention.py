@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from conftest import (
+from reliability_support import (
     IMAGE,
     Factory,
     ManagerThread,
@@ -23,6 +23,7 @@ from conftest import (
     spec,
     wait_until,
 )
+
 from distributetrain import naming
 from distributetrain.k8s import Kube
 
@@ -264,3 +265,21 @@ def test_wait_for_gpus_gives_up_clearly(local_cluster_factory: Factory, row: Cal
     row("not enough GPUs, --wait-for-gpus 3s, room never frees", outcome="exit 3, nothing created",
         exit_code=code, detect_s=round(manager.ended_at - started, 3), cleanup_s=0.0, objects_left=0,
         gpus_held=held(before, after), notes="detect = the wait, then the clear failure")
+
+
+def test_api_requests_per_job_do_not_grow_with_the_cluster(local_cluster_factory: Factory,
+                                                           row: Callable[..., object]) -> None:
+    """The same job on 3 nodes and on 300: the same requests, verb by verb (the inventory is two paginated
+    lists, never a query per node)."""
+    counts = {}
+    for nodes in ([5, 3, 2], [5, 3, 2] + [0] * 297):
+        cluster = local_cluster_factory(nodes=nodes, behaviors=[chief_exits(0)])
+        manager = ManagerThread(kube_of(cluster), spec()).start()
+        assert manager.join() == 0, manager.recorder.text
+        counts[len(nodes)] = dict(sorted(manager.orchestrator.kube.requests.items()))
+    # lists, gets, creates and deletes are the same; only a watch may reconnect by timing
+    for verb in ("list", "get", "create", "delete"):
+        assert counts[300].get(verb, 0) == counts[3].get(verb, 0), counts
+    assert abs(counts[300].get("watch", 0) - counts[3].get("watch", 0)) <= 2, counts
+    row("API requests of one job: 3 nodes vs 300 nodes", outcome="same by verb", exit_code=0,
+        notes=f"{sum(counts[3].values())} requests: {counts[3]}", extra={"by_verb": counts})

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import IMAGE, Factory, free_gpus, kube_of
+from reliability_support import IMAGE, Factory, free_gpus, kube_of
+
 from distributetrain import naming
 
 GOOD = {"--gpus": "6", "--image": IMAGE, "--job-name": "train"}

@@ -8,7 +8,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from conftest import (
+from reliability_support import (
     IMAGE,
     Factory,
     ManagerProcess,
@@ -23,6 +23,7 @@ from conftest import (
     running_job,
     wait_until,
 )
+
 from distributetrain.config import ManagerIdentity
 from distributetrain.localcluster.testing import TestCluster
 

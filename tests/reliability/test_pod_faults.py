@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from conftest import (
+from reliability_support import (
     Factory,
     ManagerThread,
     chief_runs_forever,
@@ -20,7 +20,10 @@ from conftest import (
     spec,
     wait_until,
 )
+
+from distributetrain import naming
 from distributetrain.localcluster.testing import TestCluster
+from distributetrain.supervisor import failed_rank
 
 
 def _start(cluster: TestCluster, **fields: str) -> tuple[ManagerThread, dict[str, int]]:
@@ -114,3 +117,19 @@ def test_worker_pod_deleted(local_cluster_factory: Factory, row: Callable[..., o
     _finish(cluster, manager, row, "worker pod deleted by someone", fault_at, before, kept={})
     assert manager.code == 70
     assert "train-worker-0" in manager.message
+
+
+def test_failed_rank_is_named_by_pod_and_node() -> None:
+    """The launcher knows a failed rank only by its pod IP; the manager's line names the pod and node."""
+    pods = {"train-worker-0": {"metadata": {"labels": {naming.ROLE_LABEL: naming.ROLE_WORKER}},
+                               "spec": {"nodeName": "node-1"}, "status": {"podIP": "10.244.1.2"}},
+            "train-chief": {"metadata": {"labels": {naming.ROLE_LABEL: naming.ROLE_CHIEF}},
+                            "spec": {"nodeName": "node-3"}, "status": {"podIP": "10.244.3.2"}}}
+    lines = [b"[1]<stderr>: Killed", b"Process name: 1", b"Exit code: 255",
+             b"launcher 2026-11-22 02:45:59,662 ERROR rank 1 on 10.244.1.2 exited with 255; the training"]
+    assert failed_rank(lines, pods) == \
+        "rank 1 on worker train-worker-0, node node-1, 10.244.1.2, exited with 255"
+    assert failed_rank([b"rank 0 on 10.244.3.2 exited with 1"], pods) == \
+        "rank 0 on chief train-chief, node node-3, 10.244.3.2, exited with 1"
+    assert failed_rank([b"rank 2 on 10.9.9.9 exited with 1"], pods) == "rank 2 on 10.9.9.9 exited with 1"
+    assert failed_rank([b"epoch=3 loss=0.1"], pods) is None

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from conftest import (
+from reliability_support import (
     Factory,
     ManagerThread,
     count,
@@ -25,6 +24,7 @@ from conftest import (
     spec,
     wait_until,
 )
+
 from distributetrain.localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -88,6 +88,10 @@ def test_worker_training_process_killed(cluster: TestCluster, row: Callable[...,
     # training's failure through as the job's exit code
     assert code != 0, text
     assert re.search(rf"rank \d+ on {re.escape(worker_ip)} exited with", text), text
+    # and the manager says which pod and node that address is
+    node = worker["spec"]["nodeName"]
+    assert re.search(rf"chief train-chief ended with exit code {code} \(rank \d+ on worker train-worker-0, "
+                     rf"node {node}, {re.escape(worker_ip)}, exited with", text), text
     assert "final_accuracy" not in text
     detected = manager.recorder.first(r"ended with exit code|failed \(")
     assert detected is not None and manager.ended_at is not None
@@ -102,7 +106,7 @@ def test_worker_training_process_killed(cluster: TestCluster, row: Callable[...,
         detect_s=round(detected - fault_at, 3), cleanup_s=round(manager.ended_at - detected, 3),
         objects_left=count({k: [n for n in v if n != "train-chief"] for k, v in left.items()}),
         gpus_held=held(before, after), runtime="process",
-        notes=f"the manager's log has the launcher's 'rank N on {worker_ip} exited'",
+        notes="the manager names the rank's pod, node and address (the cause: ssh's 255 for a killed rank)",
         extra={"manager_log_tail": text.splitlines()[-12:]})
 
 

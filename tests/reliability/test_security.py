@@ -25,8 +25,7 @@ from typing import Any
 import paramiko
 import pytest
 import yaml
-
-from conftest import (
+from reliability_support import (
     IMAGE,
     REPO,
     Factory,
@@ -38,6 +37,7 @@ from conftest import (
     running_job,
     wait_until,
 )
+
 from distributetrain import manifests, naming, sshkeys
 from distributetrain.localcluster.testing import TestCluster
 
@@ -250,7 +250,7 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 def _job_objects(cluster: TestCluster, **extra: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    from conftest import ManagerThread, spec
+    from reliability_support import ManagerThread, spec
 
     kube = kube_of(cluster)
     manager = ManagerThread(kube_of(cluster), spec(job_name="train", **extra)).start()

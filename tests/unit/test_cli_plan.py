@@ -244,13 +244,14 @@ def test_malformed_cluster_file_names_the_file(tmp_path: Path) -> None:
     assert f"error: {broken}: not valid JSON" in result.stderr
 
 
-def test_live_cluster_needs_the_k8s_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
-    # None in sys.modules makes `import distributetrain.k8s` fail, as in a build without the gateway
-    monkeypatch.setitem(sys.modules, "distributetrain.k8s", None)
+def test_live_cluster_unreachable_names_the_kubeconfig(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
     result = run("inventory")
-    assert result.exit_code == 2
-    assert "cannot read the live cluster" in result.stderr
-    assert "--cluster FILE" in result.stderr
+    assert result.exit_code == 72
+    assert str(missing) in result.stderr
+    assert "--kubeconfig FILE" in result.stderr
 
 
 def test_help_teaches_with_examples() -> None:

@@ -49,7 +49,8 @@ def main(verbose: int) -> None:
       distributetrain local up --nodes 5,3,2    # a local cluster to try it on
     """
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=max(level, logging.DEBUG),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def _register_all() -> None:

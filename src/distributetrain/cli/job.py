@@ -149,14 +149,18 @@ def run_command(**params: Any) -> None:
 
 
 @click.command("launch", epilog=_FLOW)
+@click.option("-q", "--quiet", is_flag=True,
+              help="Do not print the job's name on stdout (the manager pod's PreTraining: its log is for "
+                   "people, the name is in every line already).")
 @_request_options
-def launch_command(**params: Any) -> None:
+def launch_command(quiet: bool, **params: Any) -> None:
     """PreTraining only: create the workers and the chief, print the job's name, leave it running.
 
     Follow it with `distributetrain wait JOB`. On any failure everything created is deleted.
     """
     launched = _orchestrator(params).launch_only()
-    click.echo(launched.job)
+    if not quiet:
+        click.echo(launched.job)  # for scripts: JOB=$(distributetrain launch ...)
 
 
 @click.command("supervise", hidden=True)

@@ -44,12 +44,9 @@ def _cluster_options(command: Any) -> Any:
 
 
 def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], list[Any]]:
-    try:
-        # imported here: files, --free and --help must work without loading the kubernetes client
-        from distributetrain import k8s
-    except ImportError as err:
-        raise InvalidInput(f"cannot read the live cluster ({err}); pass --cluster FILE instead, written "
-                           "with: kubectl get nodes,pods -A -o json > cluster.json") from None
+    # imported here: files, --free and --help must work without loading the kubernetes client
+    from distributetrain import k8s
+
     nodes, pods = k8s.list_nodes_and_pods(kubeconfig=kubeconfig, context=context)
     return nodes, pods
 

@@ -90,11 +90,22 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
-def node_index(node: str, known: dict[str, int]) -> int:
-    """node-3 -> 3; other names get the next free index, stable for the runtime's life."""
+def cidr_index(pod_cidr: str) -> int:
+    """The node number a podCIDR 10.X.N.0/24 encodes (X >= 244): (X - 244) * 256 + N; 0 when it is none."""
+    octets = pod_cidr.removesuffix(".0/24").split(".")
+    if len(octets) != 3 or octets[0] != "10" or not all(o.isdigit() for o in octets[1:]):
+        return 0
+    index = (int(octets[1]) - 244) * 256 + int(octets[2])
+    return index if 0 < index < 255 else 0
+
+
+def node_index(node: str, known: dict[str, int], *, pod_cidr: str = "") -> int:
+    """The node's number after its podCIDR (so pod IPs fall in the node's range), else node-3 -> 3; other
+    names get the next free index, stable for the runtime's life."""
     if node not in known:
         _, _, suffix = node.rpartition("-")
-        wanted = int(suffix) if suffix.isdigit() and 0 < int(suffix) < 255 else 0
+        wanted = cidr_index(pod_cidr) or (
+            int(suffix) if node.startswith("node-") and suffix.isdigit() and 0 < int(suffix) < 255 else 0)
         used = set(known.values())
         known[node] = wanted if wanted and wanted not in used else next(
             i for i in range(1, 255) if i not in used)
@@ -190,8 +201,10 @@ class ClusterNetwork:
                 f"addr add {self.api_host}/16 dev {self.bridge}\n"
                 f"link set dev {self.bridge} up\n").encode())
 
-    def host_ip(self, node: str) -> str:
-        return self.pool.node_ip(node_index(node, self.nodes)) if self.mode == "netns" else "127.0.0.1"
+    def host_ip(self, node: str, *, pod_cidr: str = "") -> str:
+        """The node's address; the first call for a node numbers it (after its podCIDR when given)."""
+        index = node_index(node, self.nodes, pod_cidr=pod_cidr)
+        return self.pool.node_ip(index) if self.mode == "netns" else "127.0.0.1"
 
     async def teardown(self) -> None:
         if self._bridge_up:

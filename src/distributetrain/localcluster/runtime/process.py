@@ -110,7 +110,9 @@ class ProcessRuntime:
     async def run_pod(self, pod: dict[str, Any]) -> None:
         run = PodRun.of(pod, directory=self._dir / "pods" / pod["metadata"]["uid"], images=self.images)
         self.pods[run.uid] = run
-        run.host_ip = self.network.host_ip(run.node)
+        node = self.host.get("nodes", None, run.node) or {}
+        pod_cidr = str((node.get("spec") or {}).get("podCIDR") or "")
+        run.host_ip = self.network.host_ip(run.node, pod_cidr=pod_cidr)
         if run.node in self.failed_nodes:
             await self._lose(run)
             return
