@@ -176,7 +176,8 @@ def main(quick: bool, *, runs: int = RUNS, epochs: int = EPOCHS) -> dict[str, An
     best = ordered[len(ordered) // 2]["phases"]
     return {"epochs": epochs, "runs": runs, "phases": best,
             "first_step_s": [_first_step(r["phases"]) for r in done],
-            "wall_s": [r["wall_s"] for r in done], "markdown": markdown(best, done, epochs=epochs)}
+            "wall_s": [r["wall_s"] for r in done], "every_run": [r["phases"] for r in done],
+            "markdown": markdown(best, done, epochs=epochs)}
 
 
 if __name__ == "__main__":

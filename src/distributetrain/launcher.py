@@ -338,6 +338,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             command=settings.command,
         )
         child_env = dict(env)
+        # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
+        # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.
+        child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         child_env["PATH"] = f"{_ssh_wrapper(work)}{os.pathsep}{env.get('PATH', os.defpath)}"
         log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
         log.info("starting: %s", shlex.join(argv))

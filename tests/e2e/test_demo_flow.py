@@ -68,6 +68,16 @@ def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     accuracy = float(re.findall(r"final_accuracy=([0-9.]+)", log)[-1])
     assert accuracy >= ACCURACY_THRESHOLD
 
+    # The log a user follows: the free GPUs per node, the plan, the pods and where, and no stray lines.
+    said = re.findall(r"^\S+Z distributetrain: (.*)$", log, flags=re.MULTILINE)
+    assert "  node-1  5            0          5     yes" in said
+    assert "plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3; chief 1 on node-3" in said
+    assert "worker train-6gpu-worker-0 created on node-1 with 5 GPUs" in said
+    assert (f"supervising job {JOB}: chief {JOB}-chief (node-3, 1 GPU), "
+            f"workers {JOB}-worker-0 (node-1, 5 GPUs)") in said
+    assert JOB not in log.splitlines()
+    assert len(re.findall(r"first_step_unix=\d+\.\d+", log)) == 1  # rank 0's, for bench/demo_phases.py
+
     # The chief ran on the 2-GPU node with 1 GPU, is kept Completed, and its log reads with kubectl.
     chief = pod_json(cluster, f"{JOB}-chief")
     assert chief is not None

@@ -192,7 +192,11 @@ class ClusterNetwork:
             second = choose_second_octet(addresses, routes)
             self.pool = AddressPool(10, second)
             self.api_host = f"10.{second}.0.1"
-            await run("ip", "link", "add", self.bridge, "type", "bridge")
+            # A fixed, locally administered MAC: a bridge without one takes the lowest MAC of its ports, so
+            # deleting a pod's veth could change it under the other pods' ARP caches and stall their traffic
+            # to the API server for a minute.
+            mac = "02:" + ":".join(f"{byte:02x}" for byte in secrets.token_bytes(5))
+            await run("ip", "link", "add", self.bridge, "address", mac, "type", "bridge")
             self._bridge_up = True
             alias = f"{ALIAS_PREFIX} pid={os.getpid()} start={process_start_time(os.getpid())}"
             # the host-side address goes on before any pod exists, so 10.x never routes to the default gateway
