@@ -25,14 +25,11 @@ import gc
 import json
 import os
 import signal
-import ssl
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ import orjson
 from kubernetes import client, config, watch
 
 from distributetrain.k8s import Kube
+from distributetrain.localcluster import daemon
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -66,35 +64,9 @@ def _rss_mib(pid: int) -> tuple[float, float]:
 
 
 def _start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "distributetrain.localcluster",
-        "serve",
-        "--dir",
-        str(state),
-        "--nodes",
-        ",".join(["8"] * nodes),
-        "--no-gpu-taint",
-    ]
-    log = (state.parent / "server.log").open("wb")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"server exited with {server.returncode}; see {state.parent / 'server.log'}")
-        if (state / "url").exists() and (state / "kubeconfig").exists():
-            url = (state / "url").read_text().strip()
-            context = ssl.create_default_context(cafile=str(state / "ca.crt"))
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:
-                    if response.status == 200:
-                        return server
-            except OSError:
-                pass
-        time.sleep(0.2)
-    server.terminate()
-    raise RuntimeError("server did not become ready")
+    command = daemon.serve_command(state, nodes=[8] * nodes, gpu_taint=False)
+    server, _ = daemon.start(command, directory=state, log=state.parent / "server.log", timeout=180)
+    return server
 
 
 def _pod(i: int, nodes: int) -> dict[str, Any]:

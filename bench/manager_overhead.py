@@ -16,14 +16,11 @@ import io
 import json
 import os
 import signal
-import ssl
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from typing import Any
 from distributetrain import inventory, planner
 from distributetrain.config import JobSpec
 from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
+from distributetrain.localcluster import daemon
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.supervisor import Reporter, delete_job
 
@@ -39,27 +37,10 @@ JOB_GPUS = 64
 IMAGE = "distributetrain/base:0.1.0"
 
 
-def _start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "distributetrain.localcluster", "serve", "--dir", str(state),
-               "--nodes", ",".join([str(GPUS_PER_NODE)] * nodes)]
-    log = (state.parent / "server.log").open("wb")
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"server exited with {server.returncode}; see {state.parent / 'server.log'}")
-        if (state / "url").exists() and (state / "kubeconfig").exists():
-            url = (state / "url").read_text().strip()
-            context = ssl.create_default_context(cafile=str(state / "ca.crt"))
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:
-                    if response.status == 200:
-                        return server
-            except OSError:
-                pass
-        time.sleep(0.2)
-    server.terminate()
-    raise RuntimeError("server did not become ready")
+def start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
+    command = daemon.serve_command(state, nodes=[GPUS_PER_NODE] * nodes)
+    server, _ = daemon.start(command, directory=state, log=state.parent / "server.log", timeout=180)
+    return server
 
 
 def _background_pod(i: int, nodes: int) -> dict[str, Any]:
@@ -77,7 +58,7 @@ def _background_pod(i: int, nodes: int) -> dict[str, Any]:
                      "containers": [{"name": "main", "image": "busybox:1.36", "resources": resources}]}}
 
 
-def _seed(kube: Kube, nodes: int, pods: int) -> float:
+def seed(kube: Kube, nodes: int, pods: int) -> float:
     started = time.perf_counter()
     kube.core.create_namespace({"metadata": {"name": "bench"}}, _preload_content=False).release_conn()
     time.sleep(0.3)  # the namespace's default ServiceAccount
@@ -151,10 +132,10 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 def measure(nodes: int, pods: int, repeats: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-manager-") as tmp:
         state = Path(tmp) / "cluster"
-        server = _start_server(state, nodes)
+        server = start_server(state, nodes)
         try:
             admin = Kube.connect(kubeconfig=str(state / "kubeconfig"))
-            seed_seconds = _seed(admin, nodes, pods)
+            seed_seconds = seed(admin, nodes, pods)
             by_page: dict[str, Any] = {}
             for page_size in (500, 5000):
                 runs = [_launch_once(state / "kubeconfig", f"bench-{page_size}-{i}", page_size)

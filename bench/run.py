@@ -1,8 +1,8 @@
 """`python -m bench.run [--quick]`: every benchmark, its JSON under bench/results/, and docs/benchmarks.md.
 
 The speed benches other parts of the project own (bench/planner_speed.py, bench/apiserver.py,
-bench/manager_overhead.py, bench/demo_phases.py) each expose `main(quick: bool) -> dict`; a missing module
-is skipped with a note.
+bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py) each expose `main(quick: bool) -> dict`;
+a missing module is skipped with a note.
 A result dict with a "markdown" string is put in the report as is; any other dict is shown as a table.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "demo_phases")
+SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases")
 
 
 def machine() -> dict[str, Any]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import ssl
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import click
 
-from distributetrain.errors import DistributeTrainError, InvalidInput
+from distributetrain.errors import InvalidInput
+from distributetrain.localcluster import daemon
 
 DEFAULT_DIR = Path(".local-cluster")
 START_TIMEOUT = 60.0
@@ -41,17 +38,6 @@ def _read_pid(directory: Path) -> int | None:
     return pid if _MARK.encode() in cmdline and b"serve" in cmdline else None
 
 
-def _ready(directory: Path) -> str | None:
-    """The server URL when /readyz answers ok over verified HTTPS, else None."""
-    try:
-        url = (directory / "url").read_text().strip()
-        context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
-        with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:
-            return url if response.status == 200 else None
-    except (OSError, urllib.error.URLError, ssl.SSLError):
-        return None
-
-
 def _parse_nodes(text: str) -> list[int]:
     try:
         nodes = [int(part) for part in text.split(",") if part.strip()]
@@ -60,13 +46,6 @@ def _parse_nodes(text: str) -> list[int]:
     if not nodes or any(n < 0 for n in nodes):
         raise InvalidInput(f"--nodes {text!r}: expected at least one node, each with 0 or more GPUs")
     return nodes
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
 
 
 @click.group("local")
@@ -92,37 +71,14 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     counts = _parse_nodes(nodes)
     directory = directory.resolve()
     pid = _read_pid(directory)
-    if pid is not None and _ready(directory):
+    if pid is not None and daemon.ready_url(directory):
         click.echo(f"a local cluster is already running (pid {pid}); kubeconfig: {directory / 'kubeconfig'}")
         click.echo(f"export KUBECONFIG={directory / 'kubeconfig'}")
         return
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in ("url", "pid", "kubeconfig"):
-        with contextlib.suppress(FileNotFoundError):
-            (directory / stale).unlink()
-    command = [sys.executable, "-m", _MARK, "serve", "--dir", str(directory), "--nodes",
-               ",".join(map(str, counts)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
-               "--port", str(port)]
-    if no_gpu_taint:
-        command.append("--no-gpu-taint")
-    log = directory / "server.log"
-    with log.open("ab") as out:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                   start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + START_TIMEOUT
-    url = None
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise DistributeTrainError(f"the local cluster exited with code {process.returncode} while "
-                                       f"starting; last lines of {log}:\n{_tail(log)}")
-        url = _ready(directory) if (directory / "kubeconfig").exists() else None
-        if url:
-            break
-        time.sleep(0.2)
-    if not url:
-        process.terminate()
-        raise DistributeTrainError(f"the local cluster did not answer /readyz within {START_TIMEOUT:.0f} s; "
-                                   f"see {log}")
+    command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
+                                   gpu_taint=not no_gpu_taint)
+    process, url = daemon.start(command, directory=directory, log=directory / "server.log",
+                                timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
     click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
                f"API {url}, runtime {runtime} (pid {process.pid})")
@@ -139,7 +95,7 @@ def status(directory: Path) -> None:
     if pid is None:
         click.echo(f"no local cluster running in {directory}")
         sys.exit(1)
-    url = _ready(directory)
+    url = daemon.ready_url(directory)
     click.echo(f"local cluster running (pid {pid}), API {url or '(not answering)'}, "
                f"kubeconfig {directory / 'kubeconfig'}")
     if not url:
