@@ -25,9 +25,8 @@ from typing import Any
 
 import orjson
 
-from bench.manager_overhead import GPUS_PER_NODE, seed, start_server
-from distributetrain import inventory, planner
-from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
+from bench.manager_overhead import GPUS_PER_NODE, seed, start_server, time_inventory_and_plan
+from distributetrain.k8s import Kube, gc_paused
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]+)"')
 NODES, PODS = 7500, 150_000
@@ -56,21 +55,9 @@ def _raw_pages(kube: Kube, kind: str) -> list[bytes]:
 def client_side(kubeconfig: str) -> dict[str, Any]:
     """Runs in its own process: what the manager does before its first create, timed and taken apart."""
     kube = Kube.connect(kubeconfig=kubeconfig)
-    totals, lists, accounting, planning = [], [], [], []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        nodes, pods = list_nodes_and_pods(kube=kube)
-        t1 = time.perf_counter()
-        with gc_paused():
-            rows = inventory.inventory(nodes, pods)
-        t2 = time.perf_counter()
-        plan = planner.plan(inventory.free_gpus(rows), JOB_GPUS)
-        t3 = time.perf_counter()
-        totals.append(t3 - t0)
-        lists.append(t1 - t0)
-        accounting.append(t2 - t1)
-        planning.append(t3 - t2)
-        del nodes, pods, rows
+    timings, plan = time_inventory_and_plan(kube, REPEATS, JOB_GPUS)
+    totals = [sum(run) for run in timings]
+    lists, accounting, planning = zip(*timings, strict=True)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     t0 = time.perf_counter()
