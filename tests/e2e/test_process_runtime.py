@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -26,7 +27,7 @@ from distributetrain.localcluster.runtime.process import ProcessRuntime
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
 
-PY = "/work/main/.venv/bin/python"
+PY = sys.executable  # the interpreter running the tests: its environment is the pods' "image"
 
 
 class StandInHost:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,7 +20,7 @@ from distributetrain.localcluster.testing import TestCluster, kubectl_path
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
 
-PY = "/work/main/.venv/bin/python"
+PY = sys.executable  # the interpreter running the tests: its environment is the pods' "image"
 Factory = Callable[..., TestCluster]
 
 

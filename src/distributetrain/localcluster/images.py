@@ -1,7 +1,7 @@
 """How an image name becomes local files for the process runtime (there is no Docker engine here).
 
 An image whose name matches a pattern of the registry is *this repository's Dockerfile*: its COPY/ADD lines
-say which files of the build context appear at which path inside the container, and its ENV, WORKDIR,
+say which files of the build context appear at which path inside the container, and its ENV, WORKDIR, USER,
 ENTRYPOINT and CMD are the container's defaults. RUN steps are not run: the project's own environment (the
 venv whose bin/ is first on every pod's PATH) already holds what they install. `FROM` another mapped image
 inherits that image's files and settings. Any other image is a *host image*: no files are added and the
@@ -55,6 +55,7 @@ class ImageConfig:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     workdir: str = ""
+    user: str = ""                           # USER: `uid[:gid]` or a name; "" is root
 
     @property
     def is_host_image(self) -> bool:
@@ -222,6 +223,8 @@ def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
             config = replace(config, entrypoint=_exec_form(arguments), cmd=())
         elif instruction == "CMD":
             config = replace(config, cmd=_exec_form(arguments))
+        elif instruction == "USER":
+            config = replace(config, user=substitute(arguments, scope).strip())
         elif instruction in ("COPY", "ADD"):
             flags, words = _copy_args(substitute(arguments, scope))
             if "from" in flags or len(words) < 2:

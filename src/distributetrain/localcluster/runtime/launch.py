@@ -3,6 +3,7 @@ and for each container the shim's spec (namespaces, root, files, mounts, argv, e
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from distributetrain.localcluster.images import DEFAULT_PATH, ImageConfig, Image
 from distributetrain.localcluster.runtime.base import RuntimeHost
 from distributetrain.localcluster.runtime.podenv import container_args, container_env
 from distributetrain.localcluster.runtime.pods import ContainerRun, PodRun
+from distributetrain.localcluster.runtime.runas import RunAs, image_directories, run_as
 from distributetrain.localcluster.runtime.volumes import (
     SA_MOUNT_PATH,
     Mount,
@@ -91,14 +93,14 @@ class Launcher:
             used.difference_update(ctr.gpus)
             ctr.gpus = []
 
-    def _base_env(self, run: PodRun, ctr: ContainerRun,
-                  image: ImageConfig) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    def _base_env(self, run: PodRun, ctr: ContainerRun, image: ImageConfig,
+                  user: RunAs) -> tuple[list[tuple[str, str]], dict[str, str]]:
         image_env = dict(image.env)
         path = image_env.get("PATH", DEFAULT_PATH)
         # the project's environment stands in for the image's RUN steps: its bin/ comes first
         image_env["PATH"] = ":".join([self.venv_bin,
                                       *(p for p in path.split(":") if p and p != self.venv_bin)])
-        image_env.setdefault("HOME", "/root")
+        image_env.setdefault("HOME", user.home)
         api_host = self.api_host if self.netns else self.host.api_host
         api_port = str(self.host.api_port)
         tcp = f"KUBERNETES_PORT_{api_port}_TCP"
@@ -113,9 +115,11 @@ class Launcher:
 
     def sandbox_spec(self, run: PodRun, ctr: ContainerRun) -> dict[str, Any]:
         """The JSON the shim (runtime/sandbox.py) reads. Raises NotReadyYet (a missing Secret/ConfigMap key),
-        InvalidInput (an unusable image mapping) or ValueError (nothing to run)."""
+        ContainerConfigError (runAsNonRoot as root), InvalidInput (an unusable image mapping) or ValueError
+        (nothing to run)."""
         image = self.images.resolve(ctr.spec.get("image", ""))
-        image_env, base = self._base_env(run, ctr, image)
+        user = run_as(run.pod, ctr.spec, image_user=image.user)
+        image_env, base = self._base_env(run, ctr, image, user)
         node = self.host.get("nodes", None, run.node) or {}
         env = container_env(pod=run.pod, container=ctr.spec, get=self.host.get, image_env=image_env,
                             base=base, pod_ip=run.ip, host_ip=run.host_ip,
@@ -130,6 +134,8 @@ class Launcher:
         mounts += [Mount(str(run.dir / "etc-hosts"), "/etc/hosts"),
                    Mount(str(run.dir / "etc-hostname"), "/etc/hostname")]
         pause = run.net.pause.pid if run.net is not None else 0
+        # in a user namespace only root is mapped: the container keeps the (unprivileged) caller's user
+        switch = self.isolate and not self.user_namespace
         namespaces = (["user"] if self.user_namespace else []) + ["uts", "ipc"]
         namespaces += ["net"] if self.netns else []
         return {
@@ -140,6 +146,10 @@ class Launcher:
             "mounts": [[m.source, m.dest, m.read_only] for m in mounts],
             "workdir": ctr.spec.get("workingDir") or image.workdir or "/",
             "argv": argv, "env": env,
+            "user": {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)} if switch else None,
+            "no_new_privs": user.no_new_privs,
+            "reveal": image_directories([os.path.dirname(self.venv_bin)]) if switch and not user.is_root
+            else [],
         }
 
 

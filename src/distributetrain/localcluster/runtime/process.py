@@ -31,6 +31,7 @@ from distributetrain.localcluster.runtime.netns import ClusterNetwork, can_use_n
 from distributetrain.localcluster.runtime.podenv import NotReadyYet
 from distributetrain.localcluster.runtime.pods import ContainerRun, PodRun
 from distributetrain.localcluster.runtime.probes import checker, run_probe
+from distributetrain.localcluster.runtime.runas import ContainerConfigError
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ class ProcessRuntime:
         while not run.deleting:
             try:
                 return self.launcher.sandbox_spec(run, ctr)
-            except NotReadyYet as e:
+            except (NotReadyYet, ContainerConfigError) as e:
                 ctr.view.state = ps.waiting("CreateContainerConfigError", str(e))
             except InvalidInput as e:  # the image maps to a Dockerfile that cannot be used
                 ctr.view.state = ps.waiting("ErrImagePull", str(e))

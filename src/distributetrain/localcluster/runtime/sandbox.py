@@ -8,7 +8,9 @@ Run by the process runtime as `python -I -S sandbox.py SPEC.json` (standard libr
    /dev, /sys and the host's other top-level mounts are bound in, /proc and /dev/shm are fresh,
 4. copies the image's files (localcluster/images.py) to their destinations, bind-mounts the volumes at their
    mountPath, the managed /etc/hosts and /etc/hostname; mount points are created inside the overlay only,
-5. forks the command: PID 1 of the new PID namespace, chrooted, in workingDir, with exactly the pod's env.
+5. forks the command: PID 1 of the new PID namespace, chrooted, as the container's user (runtime/runas.py;
+   a non-root user is shown the directories that stand in for its image, see `reveal`), in workingDir, with
+   exactly the pod's env.
 It prints `started PID` (the command's host PID) or `error MESSAGE` on stdout, forwards signals to the
 command, and exits with the command's exit code (128+N for signal N, as Kubernetes reports it). When this
 shim dies, the command gets SIGKILL (PR_SET_PDEATHSIG), and with PID 1 gone the kernel kills every process
@@ -28,7 +30,7 @@ from typing import Any
 CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MNT_DETACH, PR_SET_PDEATHSIG = 2, 1
+MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 2, 1, 38
 SKIPPED_TOP_MOUNTS = ("/proc", "/sys", "/mnt", "/media")  # /sys is fresh; /mnt, /media stay the host's own
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -162,6 +164,36 @@ def per_directory_root(scratch: str, points: list[tuple[str, bool]]) -> tuple[st
     return root, binds
 
 
+def reveal(root: str, paths: list[str], binds: set[str]) -> None:
+    """Show a non-root container the host directories that stand in for its image's contents (runtime/
+    runas.py), however the host's directories above them are permissioned: the first directory above one
+    that others may not enter is replaced, in this mount namespace only, by a tmpfs holding just the
+    revealed directories, each bound at its own path. The host does not change; siblings stay hidden."""
+    closed: dict[str, str] = {}
+    for path in paths:
+        current = ""
+        for part in [p for p in path.split("/") if p][:-1]:
+            current += "/" + part
+            try:
+                mode = os.stat(root + current).st_mode
+            except OSError:
+                break
+            if not mode & 0o001:
+                closed[path] = current
+                break
+    groups: dict[str, list[str]] = {}
+    for path, top in closed.items():
+        outer = min((t for t in closed.values() if top == t or top.startswith(t + "/")), key=len)
+        groups.setdefault(outer, []).append(path)
+    for top, inner in sorted(groups.items()):
+        mount("tmpfs", root + top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+        binds.discard(top)
+        for path in sorted(inner):
+            os.makedirs(root + path, 0o755, exist_ok=True)
+            mount(path, root + path, None, MS_BIND | MS_REC)
+            binds.add(path)
+
+
 def build_root(spec: dict[str, Any]) -> str:
     scratch = spec["scratch"]
     points = mount_points()  # before our own mounts
@@ -180,6 +212,7 @@ def build_root(spec: dict[str, Any]) -> str:
     else:
         mount("/sys", root + "/sys", None, MS_BIND | MS_REC)
     binds.add("/sys")
+    reveal(root, spec.get("reveal") or [], binds)
     if os.path.isdir(root + "/dev/shm"):
         mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k")
     for source, dest, mode in spec.get("image_files", []):
@@ -210,6 +243,14 @@ def run_child(spec: dict[str, Any], root: str | None, log_fd: int, report_fd: in
         if root is not None:
             mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             os.chroot(root)
+        if spec.get("no_new_privs"):  # allowPrivilegeEscalation: false
+            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        user = spec.get("user")
+        if user is not None:  # runAsUser / runAsGroup / supplementalGroups: the kernel drops every capability
+            os.setgroups(user["groups"])
+            os.setresgid(user["gid"], user["gid"], user["gid"])
+            os.setresuid(user["uid"], user["uid"], user["uid"])
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a change of user clears it
         workdir = spec.get("workdir") or "/"
         if root is not None or os.path.isdir(workdir):
             os.chdir(workdir)  # a plain host process keeps the shim's directory: never make one on the host
