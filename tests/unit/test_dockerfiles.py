@@ -244,7 +244,7 @@ def test_the_base_image_puts_files_where_the_manager_expects_them() -> None:
     assert any("base-image/Train.py" in s and d.rstrip("/") == str(Path(naming.TRAIN_SCRIPT_PATH).parent)
                for s, d in base)
     assert naming.ENTRYPOINT_PATH == manifests.ENTRYPOINT
-    assert config.DEFAULT_COMMAND[-1] == naming.TRAIN_SCRIPT_PATH
+    assert config.JobSpec(gpus=1, image="i").command[-1] == naming.TRAIN_SCRIPT_PATH
     entry = [i.args for i in parse(DOCKERFILES[0]) if i.keyword == "ENTRYPOINT"]
     assert entry == [f'["{naming.ENTRYPOINT_PATH}"]']
     assert f"EXPOSE {naming.DEFAULT_SSH_PORT}" in DOCKERFILES[0].read_text()

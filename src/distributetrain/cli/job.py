@@ -15,8 +15,9 @@ from typing import Any
 import click
 
 from distributetrain import naming, podstatus
-from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity
+from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.errors import InvalidInput
+from distributetrain.inputs import PULL_POLICIES
 from distributetrain.planner import POLICIES
 
 F = Callable[..., Any]
@@ -53,7 +54,7 @@ def _request_options(command: F) -> F:
         _opt("-n", "--namespace", metavar="NS", env="DT_NAMESPACE", default="default",
              help="Where the job's objects go."),
         _opt("--command", "command_text", metavar="'CMD ARGS'", env="DT_COMMAND",
-             default=" ".join(DEFAULT_COMMAND), help="What every rank runs; or give it after --."),
+             default=" ".join(naming.DEFAULT_COMMAND), help="What every rank runs; or give it after --."),
         _opt("--resource", metavar="R", env="DT_RESOURCE", default=naming.DEFAULT_RESOURCE,
              help="The extended resource counted as GPUs."),
         _opt("--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
@@ -87,13 +88,13 @@ def _request_options(command: F) -> F:
              help="Where the claim is mounted."),
         _opt("--network-interface", metavar="IF", env="DT_NETWORK_INTERFACE",
              help="Horovod's interface between pods, e.g. eth0."),
-        _opt("--transport", type=click.Choice(["gloo", "mpi"]), env="DT_TRANSPORT", default="gloo",
-             help="Horovod controller."),
+        _opt("--transport", type=click.Choice(naming.TRANSPORTS), env="DT_TRANSPORT",
+             default=naming.TRANSPORTS[0], help="Horovod controller."),
         _opt("--network-policy/--no-network-policy", env="DT_NETWORK_POLICY", default="on",
              help="Admit traffic to job pods only from job pods."),
         _opt("--service-account", metavar="SA", env="DT_SERVICE_ACCOUNT",
              help="ServiceAccount of job pods (default: no API token mounted)."),
-        _opt("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]),
+        _opt("--image-pull-policy", type=click.Choice(PULL_POLICIES),
              env="DT_IMAGE_PULL_POLICY", help="Image pull policy of job pods."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
