@@ -16,7 +16,6 @@ from typing import TextIO
 from distributetrain import joblog, naming, podstatus
 from distributetrain.errors import ApiError, ChiefLost, DeadlineExceeded, ScheduleTimeout, WorkerFailed
 from distributetrain.k8s import Forbidden, Kube, NotFound
-from distributetrain.manifests import CHIEF_CONTAINER, ENV_NUM_PROCESSES
 from distributetrain.watching import Snapshot, Watched
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ class LogFollower(threading.Thread):
                 return
         while not self.stop.is_set():
             try:
-                stream = self.kube.follow_log(self.namespace, self.pod, CHIEF_CONTAINER)
+                stream = self.kube.follow_log(self.namespace, self.pod, naming.CHIEF_CONTAINER)
                 for number, line in enumerate(stream):
                     if number >= self.lines:
                         self.sink(line)
@@ -174,7 +173,7 @@ def expected_processes(chief: podstatus.Pod) -> int | None:
     """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
     for container in (chief.get("spec") or {}).get("containers") or []:
         for env in container.get("env") or []:
-            if env.get("name") == ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
+            if env.get("name") == naming.ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
                 return int(env["value"])
     return None
 
@@ -193,7 +192,7 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
         raise ChiefLost(f"the chief pod {chief_name} was deleted while the job ran")
     status = chief.get("status") or {}
     if podstatus.is_terminated(chief):
-        code = podstatus.exit_code(chief, CHIEF_CONTAINER)
+        code = podstatus.exit_code(chief, naming.CHIEF_CONTAINER)
         if status.get("reason") == "DeadlineExceeded":
             raise DeadlineExceeded(f"the chief's active deadline passed: {podstatus.describe(chief)}")
         if code is None or status.get("reason") in LOST_REASONS:

@@ -239,18 +239,16 @@ def status_command(job: str | None, namespace: str, kubeconfig: str | None, cont
 def logs_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None,
                  follow: bool, tail: int | None) -> None:
     """Print JOB's chief log (the training's output; the chief is kept after the job for this)."""
-    from distributetrain.manifests import CHIEF_CONTAINER
-
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
     chief = naming.chief_name(name)
     if kube.get("pods", namespace, chief) is None:
         raise InvalidInput(f"JOB: job {name} has no chief pod {chief} in namespace {namespace}")
     if follow:
-        for line in kube.follow_log(namespace, chief, CHIEF_CONTAINER):
+        for line in kube.follow_log(namespace, chief, naming.CHIEF_CONTAINER):
             click.echo(line.decode("utf-8", "replace"))
     else:
-        sys.stdout.write(kube.read_log(namespace, chief, CHIEF_CONTAINER, tail_lines=tail)
+        sys.stdout.write(kube.read_log(namespace, chief, naming.CHIEF_CONTAINER, tail_lines=tail)
                          .decode("utf-8", "replace"))
 
 
