@@ -28,11 +28,13 @@ from kubernetes import client, config
 
 from distributetrain import podfields
 from distributetrain.errors import ApiError
+from distributetrain.podstatus import TERMINAL_PHASES
 
 log = logging.getLogger(__name__)
 
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
-NOT_TERMINATED = "status.phase!=Succeeded,status.phase!=Failed"
+# pods that may hold resources: the server filters out the finished ones
+NOT_TERMINATED = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
 # large pages: 10,000 pods in 2 requests; each page is bounded (~12 MB of JSON) unlike an unpaginated list
 DEFAULT_PAGE_SIZE = 5000
 # a silent training log is normal; after this long without a byte the follower reconnects, which is harmless

@@ -8,7 +8,8 @@ from typing import Any
 
 from distributetrain import naming
 
-TERMINATED = ("Succeeded", "Failed")
+# A pod in one of these phases has finished: its containers will not run again and it holds no resources.
+TERMINAL_PHASES = ("Succeeded", "Failed")
 Pod = Mapping[str, Any]
 
 
@@ -57,7 +58,7 @@ def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:
 
 
 def is_terminated(pod: Pod) -> bool:
-    return phase(pod) in TERMINATED
+    return phase(pod) in TERMINAL_PHASES
 
 
 def is_ready(pod: Pod) -> bool:

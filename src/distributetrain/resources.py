@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
+from distributetrain.podstatus import TERMINAL_PHASES
 from distributetrain.quantity import parse_quantity
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+__all__ = ["TERMINAL_PHASES", "container_requests", "holds_resources", "pod_requests"]  # the local cluster's
 
 
 def container_requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
