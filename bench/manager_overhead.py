@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from distributetrain import inventory, planner
-from distributetrain.config import JobSpec
+from distributetrain.jobspec import JobSpec
 from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
 from distributetrain.localcluster import daemon
 from distributetrain.orchestrator import Orchestrator

@@ -15,8 +15,8 @@ from typing import Any
 
 from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import DEFAULT_RESOURCE
+from distributetrain.podrequests import holds_resources, pod_requests
 from distributetrain.quantity import parse_count
-from distributetrain.resources import holds_resources, pod_requests
 from distributetrain.tolerations import Toleration, default_tolerations, tolerates
 
 _EXCLUDING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule is only a preference

@@ -26,7 +26,7 @@ import orjson
 import urllib3
 from kubernetes import client, config
 
-from distributetrain import podfields
+from distributetrain import slimpods
 from distributetrain.errors import ApiError
 from distributetrain.podstatus import TERMINAL_PHASES
 
@@ -209,7 +209,7 @@ class Kube:
              ) -> tuple[list[dict[str, Any]], str]:
         """Every object, page by page (limit/continue); returns the items and the list's resourceVersion.
         A continue token that expires mid-way (410) restarts the list once from the beginning. `decode`
-        turns a page's bytes into the list (e.g. podfields.decode_pod_list, keeping only some fields)."""
+        turns a page's bytes into the list (e.g. slimpods.decode_pod_list, keeping only some fields)."""
         method = self._method(kind, "list", namespace)
         for restart in range(2):
             items: list[dict[str, Any]] = []
@@ -378,5 +378,5 @@ def list_nodes_and_pods(*, kubeconfig: str | None = None, context: str | None = 
     nodes, _ = kube.list("nodes", page_size=page_size)
     # only the fields GPU accounting reads: at 150,000 pods a full decode costs seconds and a GiB
     pods, _ = kube.list("pods", None, field_selector=NOT_TERMINATED, page_size=page_size,
-                        decode=podfields.decode_pod_list)
+                        decode=slimpods.decode_pod_list)
     return nodes, pods

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import hostfile, inputs, naming, ssh
+from distributetrain import fieldparsers, hostfile, naming, ssh
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
@@ -164,9 +164,10 @@ def exit_code_for(horovodrun_code: int, failure: Failure | None) -> int:
 
 
 def parse_duration(value: str, *, name: str) -> float:
-    """The request's duration grammar (inputs.parse_duration: 120, 90s, 2m, 1h30m), naming the setting."""
+    """The request's one duration grammar (fieldparsers.parse_duration: 120, 90s, 2m, 1h30m), naming the
+    setting in errors."""
     try:
-        return inputs.parse_duration(value)
+        return fieldparsers.parse_duration(value)
     except ValueError as err:
         raise InvalidInput(f"{name}: {err}") from None
 

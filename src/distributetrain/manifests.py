@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from distributetrain import hostfile, naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.planner import Entry
 from distributetrain.sshkeys import KeyPair
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from distributetrain import inventory, joblog, k8s, manifests, naming, planner, podstatus, signals, sshkeys
-from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.errors import (
     ApiError,
     CannotPlace,
@@ -29,6 +28,7 @@ from distributetrain.errors import (
     ScheduleTimeout,
 )
 from distributetrain.hostfile import HostSlots
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import AlreadyExists, Kube, NotFound
 from distributetrain.supervisor import JOB_KINDS, Reporter, delete_job, expected_processes, supervise
 from distributetrain.watching import Watched

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
 from distributetrain.localcluster.runtime.sim import Behavior
 from distributetrain.localcluster.testing import TestCluster

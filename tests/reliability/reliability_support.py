@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from distributetrain import inventory, k8s, naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
 from distributetrain.localcluster.runtime.sim import Behavior
 from distributetrain.localcluster.testing import TestCluster

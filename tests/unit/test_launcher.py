@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from distributetrain import hostfile, launcher, manifests, naming, sshkeys
-from distributetrain.config import JobSpec
 from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
+from distributetrain.jobspec import JobSpec
 from distributetrain.launcher import Failure
 from distributetrain.planner import Entry
 

@@ -15,9 +15,9 @@ from typing import Any
 import click
 
 from distributetrain import naming, podstatus
-from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.errors import InvalidInput
-from distributetrain.inputs import PULL_POLICIES
+from distributetrain.fieldparsers import PULL_POLICIES
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.planner import POLICIES
 
 F = Callable[..., Any]

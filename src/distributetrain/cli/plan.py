@@ -11,7 +11,7 @@ import click
 from distributetrain import inventory as inv
 from distributetrain.clusterfiles import read_cluster_files
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.inputs import MIN_GPUS, check_gpus, parse_node_selector
+from distributetrain.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
 from distributetrain.naming import DEFAULT_RESOURCE
 from distributetrain.planner import POLICIES, InsufficientGpus, Plan, plan
 from distributetrain.quantity import parse_count

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distributetrain.errors import InvalidInput
-from distributetrain.inputs import parse_node_selector
+from distributetrain.fieldparsers import parse_node_selector
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_node_selector_from_env_or_mapping() -> None:
 
 
 def test_one_gpu_rule() -> None:
-    from distributetrain.inputs import MAX_GPUS, check_gpus, parse_gpus
+    from distributetrain.fieldparsers import MAX_GPUS, check_gpus, parse_gpus
 
     assert parse_gpus("+6") == check_gpus(6) == 6
     for bad, message in ((0, "at least 1 GPU"), (MAX_GPUS + 1, "beyond the sane cap")):
@@ -61,11 +61,12 @@ def test_one_gpu_rule() -> None:
         parse_gpus("0")
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("120", 120.0), ("90s", 90.0), ("2m", 120.0), ("1h30m", 5400.0),
-                                               ("1.5h", 5400.0), ("500ms", 0.5), ("1d", 86400.0)])
+@pytest.mark.parametrize(("text", "seconds"), [("120", 120.0), ("90s", 90.0), ("2m", 120.0),
+                                               ("1h30m", 5400.0), ("1.5h", 5400.0), ("500ms", 0.5),
+                                               ("1d", 86400.0)])
 def test_one_duration_grammar_for_the_request_and_the_chief(text: str, seconds: float) -> None:
     from distributetrain import launcher
-    from distributetrain.inputs import parse_duration
+    from distributetrain.fieldparsers import parse_duration
 
     assert parse_duration(text) == launcher.parse_duration(text, name="x") == seconds
 
@@ -73,7 +74,7 @@ def test_one_duration_grammar_for_the_request_and_the_chief(text: str, seconds: 
 @pytest.mark.parametrize("text", ["soon", "-5", "5x", "1h 30m", "nan"])
 def test_one_duration_grammar_refuses_the_same(text: str) -> None:
     from distributetrain import launcher
-    from distributetrain.inputs import parse_duration
+    from distributetrain.fieldparsers import parse_duration
 
     with pytest.raises(ValueError):
         parse_duration(text)

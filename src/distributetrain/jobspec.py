@@ -13,7 +13,7 @@ from typing import Any
 
 from distributetrain import naming
 from distributetrain.errors import InvalidInput
-from distributetrain.inputs import (
+from distributetrain.fieldparsers import (
     PULL_POLICIES,
     Parser,
     optional,

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from distributetrain.config import JobSpec, ManagerIdentity, env_name, option_name
 from distributetrain.errors import EXIT_USAGE, InvalidInput
-from distributetrain.inputs import MAX_GPUS, parse_duration
+from distributetrain.fieldparsers import MAX_GPUS, parse_duration
+from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name, option_name
 from distributetrain.naming import DEFAULT_COMMAND
 from distributetrain.tolerations import Toleration
 

@@ -1,4 +1,4 @@
-"""Parsers of a job request's fields, used by config (and by the `plan` and `inventory` commands for the
+"""Parsers of a job request's fields, used by jobspec.py (and by the `plan` and `inventory` commands for the
 fields they share with it: --gpus, --node-selector; --toleration is tolerations.py's).
 
 Each takes a raw value (an argument or an environment string) and returns the typed value, or raises
