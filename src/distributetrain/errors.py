@@ -8,6 +8,10 @@ and a unit test holds docs/design.md to it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_UNPLACEABLE = 3
@@ -68,9 +72,42 @@ class ScheduleTimeout(DistributeTrainError):
 
 
 class ApiError(DistributeTrainError):
-    """The Kubernetes API refused (`Forbidden`) or failed; the message carries the server's own words."""
+    """The Kubernetes API refused or failed; the message carries the server's own words. Callers decide by
+    the answer's fields, never its text: `status` (the HTTP code; None when no answer came), `reason` (the
+    Status object's: NotFound, AlreadyExists, Conflict, Expired...) and `details` (its name, kind, causes)."""
 
     exit_code = EXIT_API
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None,
+                 details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.details: Mapping[str, Any] = MappingProxyType(dict(details or {}))
+
+
+class Forbidden(ApiError):
+    """403: RBAC denies the request."""
+
+
+class NotFound(ApiError):
+    """404: the object, or its namespace (details kind "namespaces"), does not exist."""
+
+
+class Conflict(ApiError):
+    """409: a create whose name is taken or a delete whose precondition (uid) no longer holds."""
+
+
+class AlreadyExists(Conflict):
+    """409 with reason AlreadyExists: an object of that name exists."""
+
+
+class Gone(ApiError):
+    """410: a watch's resourceVersion or a list's continue token is too old; list again."""
+
+
+class StreamBroken(ApiError):
+    """A watch or log stream was cut mid-way (API server restarted, connection reset); resume it."""
 
 
 class SshUnreachable(DistributeTrainError):

@@ -18,18 +18,31 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from distributetrain import inventory, joblog, k8s, manifests, naming, planner, podstatus, signals, sshkeys
+from distributetrain import (
+    inventory,
+    joblog,
+    k8s,
+    k8srequests,
+    manifests,
+    naming,
+    planner,
+    podstatus,
+    signals,
+    sshkeys,
+)
 from distributetrain.errors import (
     ApiError,
     CannotPlace,
+    Conflict,
     DeadlineExceeded,
     DistributeTrainError,
     InvalidInput,
+    NotFound,
     ScheduleTimeout,
 )
 from distributetrain.hostfile import HostSlots
 from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import AlreadyExists, Kube, NotFound
+from distributetrain.k8s import Kube
 from distributetrain.supervisor import JOB_KINDS, Reporter, delete_job, expected_processes, supervise
 from distributetrain.watching import Watched
 
@@ -250,11 +263,11 @@ class Orchestrator:
         away) is retried. Anything else with that name is refused, never touched."""
         meta = body["metadata"]
         meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
-        kind = k8s.KIND_OF[body["kind"]]
+        kind = k8srequests.RESOURCE_OF_KIND[body["kind"]]
         for attempt in range(1, 4):
             try:
                 return self.kube.create(body)
-            except AlreadyExists as err:
+            except Conflict as err:  # any 409 on a create: the name is taken, or was while the POST raced
                 existing = self.kube.get(kind, meta["namespace"], meta["name"])
                 if existing is None and attempt < 3:
                     continue
@@ -265,7 +278,7 @@ class Orchestrator:
                                f"not created by this manager ({err}); delete it (distributetrain delete "
                                f"{self.spec.job_name}) or choose another --job-name") from err
             except NotFound as err:
-                if "namespace" in str(err).lower():
+                if k8srequests.is_missing_namespace(err, meta["namespace"]):
                     raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it "
                                        "or pass --namespace; nothing was created") from err
                 raise

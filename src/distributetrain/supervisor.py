@@ -14,8 +14,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
 from distributetrain import joblog, naming, podstatus
-from distributetrain.errors import ApiError, ChiefLost, DeadlineExceeded, ScheduleTimeout, WorkerFailed
-from distributetrain.k8s import Forbidden, Kube, NotFound
+from distributetrain.errors import (
+    ApiError,
+    ChiefLost,
+    DeadlineExceeded,
+    Forbidden,
+    NotFound,
+    ScheduleTimeout,
+    WorkerFailed,
+)
+from distributetrain.k8s import Kube
 from distributetrain.watching import Snapshot, Watched
 
 log = logging.getLogger(__name__)
