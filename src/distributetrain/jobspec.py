@@ -72,7 +72,7 @@ class JobSpec:
     """How many GPUs (= Horovod processes) in total, over every pod. Env DT_GPUS. Required."""
     image: str
     """The base training image of every job pod (sshd in workers, the launcher in the chief). Env DT_IMAGE."""
-    job_name: str = "distributetrain"
+    job_name: str = naming.DEFAULT_JOB_NAME
     """Names and labels every object of the job; a manager restarted with the same name adopts or cleans up
     the old objects. Lower-case DNS label of at most naming.JOB_NAME_MAX characters. Env DT_JOB_NAME."""
     namespace: str = naming.DEFAULT_NAMESPACE

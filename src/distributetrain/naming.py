@@ -22,6 +22,7 @@ ROLE_NETWORK = "network"
 GPUS_ANNOTATION = "distributetrain.io/gpus"
 
 DEFAULT_RESOURCE = "nvidia.com/gpu"
+DEFAULT_JOB_NAME = "distributetrain"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_SSH_PORT = 2222
 HOSTNAME_LABEL = "kubernetes.io/hostname"

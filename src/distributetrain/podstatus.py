@@ -121,3 +121,18 @@ def describe(pod: Pod) -> str:
     where = node(pod) or planned_node(pod) or "no node"
     label = "on node" if node(pod) else "planned for node"
     return f"pod {name(pod)} {label} {where}: {why(pod)}"
+
+
+def expected_processes(chief: Pod) -> int | None:
+    """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
+    for container in (chief.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == naming.ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
+                return int(env["value"])
+    return None
+
+
+def active_deadline(pod: Pod) -> float | None:
+    """The pod's spec.activeDeadlineSeconds (the job's --active-deadline, whole seconds), None without one."""
+    value = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

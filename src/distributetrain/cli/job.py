@@ -1,8 +1,9 @@
 """`distributetrain run | launch | wait | status | logs | delete`: a training job on the live cluster.
 
-`run` is what the manager pod runs (`distributetrain-manager`): PreTraining (`launch`) then PostTraining
-(`wait`). Every option falls back to an environment variable (DT_ + its name, e.g. DT_GPUS), which is how
-manifests/DistributeTrain_Manager.yaml passes the request.
+`run` is what `distributetrain-manager` runs: PreTraining (`launch`) then PostTraining (`wait`) in one
+process. Every option falls back to an environment variable (DT_ + its name, e.g. DT_GPUS), which is how
+manifests/DistributeTrain_Manager.yaml passes the request. The manager image's Manager.sh runs the two phases
+as two processes instead: `launch --quiet`, then the hidden `posttraining`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import click
 
 from distributetrain import naming, podstatus
 from distributetrain.errors import InvalidInput
-from distributetrain.fieldparsers import PULL_POLICIES
-from distributetrain.jobspec import JobSpec, ManagerIdentity
+from distributetrain.fieldparsers import PULL_POLICIES, parse_bool
+from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name
 from distributetrain.planner import POLICIES
 
 F = Callable[..., Any]
@@ -127,14 +128,19 @@ def _kube(kubeconfig: str | None, context: str | None) -> Any:
     return Kube.connect(kubeconfig=kubeconfig, context=context)
 
 
+def _started_at() -> float | None:
+    """When the manager started (epoch seconds), if before this process: Manager.sh sets it, so that the
+    active deadline spans both phases."""
+    started = os.environ.get("DT_MANAGER_STARTED_AT", "")
+    return float(started) if started.replace(".", "", 1).isdigit() else None
+
+
 def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
     from distributetrain.orchestrator import Orchestrator
 
-    started = os.environ.get("DT_MANAGER_STARTED_AT", "")  # set by Manager.sh: the deadline spans both phases
     return Orchestrator(_kube(params["kubeconfig"], params["context"]), spec,
-                        owner=ManagerIdentity.from_env(os.environ),
-                        started_at=float(started) if started.replace(".", "", 1).isdigit() else None)
+                        owner=ManagerIdentity.from_env(os.environ), started_at=_started_at())
 
 
 @click.command("run", epilog=_FLOW, context_settings={"ignore_unknown_options": False})
@@ -159,16 +165,36 @@ def launch_command(quiet: bool, **params: Any) -> None:
 
     Follow it with `distributetrain wait JOB`. On any failure everything created is deleted.
     """
-    launched = _orchestrator(params).launch_only()
+    started = _orchestrator(params).run_pretraining()
     if not quiet:
-        click.echo(launched.job)  # for scripts: JOB=$(distributetrain launch ...)
+        click.echo(started.job)  # for scripts: JOB=$(distributetrain launch ...)
 
 
-@click.command("supervise", hidden=True)
-@_request_options
-def supervise_command(**params: Any) -> None:
-    """PostTraining for the request given as to `launch` (DistributeTrain_PostTraining.py)."""
-    sys.exit(_orchestrator(params).supervise_guarded())
+@click.command("posttraining", hidden=True,
+               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--job-name")
+@click.option("-n", "--namespace")
+@click.option("--keep-chief/--no-keep-chief", default=None)
+@_connection_options
+def posttraining_command(job_name: str | None, namespace: str | None, keep_chief: bool | None,
+                         kubeconfig: str | None, context: str | None) -> None:
+    """PostTraining in a process of its own (DistributeTrain_PostTraining.py): given the same request as
+    PreTraining, it reads only the job's name, namespace and keep-chief from it (arguments, else DT_*
+    variables, else their defaults) and the manager's start time (DT_MANAGER_STARTED_AT); the rest of the
+    request was PreTraining's to validate and act on."""
+    from distributetrain.posttraining import run_posttraining
+
+    if keep_chief is None:
+        try:
+            keep_chief = parse_bool(os.environ.get(env_name("keep_chief"), "true"))
+        except ValueError as err:
+            raise InvalidInput(f"keep_chief ({env_name('keep_chief')}): {err}") from None
+    code = run_posttraining(
+        _kube(kubeconfig, context),
+        job=_job_name(job_name or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME),
+        namespace=namespace or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE,
+        keep_chief=keep_chief, started_at=_started_at())
+    sys.exit(code)
 
 
 def _job_options(command: F) -> F:
@@ -195,17 +221,17 @@ def _job_name(job: str | None) -> str:
 def wait_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None,
                  keep_chief: bool) -> None:
     """PostTraining: stream JOB's chief log until it ends, clean up, exit with its exit code."""
-    from distributetrain.orchestrator import wait_job
+    from distributetrain.posttraining import run_posttraining
 
-    sys.exit(wait_job(_kube(kubeconfig, context), job=_job_name(job), namespace=namespace,
-                      keep_chief=keep_chief))
+    sys.exit(run_posttraining(_kube(kubeconfig, context), job=_job_name(job), namespace=namespace,
+                              keep_chief=keep_chief, started_at=None))
 
 
 @click.command("status")
 @_job_options
 def status_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Show JOB's pods (role, node, GPUs, phase, readiness, why) and its other objects."""
-    from distributetrain.supervisor import JOB_KINDS
+    from distributetrain.cleanup import JOB_KINDS
 
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
@@ -257,7 +283,8 @@ def logs_command(job: str | None, namespace: str, kubeconfig: str | None, contex
 def delete_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Delete every object of JOB (found by its labels only), the chief included; wait until its pods are
     gone, so their GPUs are free."""
-    from distributetrain.supervisor import Reporter, delete_job
+    from distributetrain.cleanup import delete_job
+    from distributetrain.joblog import Reporter
 
     name = _job_name(job)
     count = delete_job(_kube(kubeconfig, context), job=name, namespace=namespace, keep_chief=False,
@@ -267,6 +294,6 @@ def delete_command(job: str | None, namespace: str, kubeconfig: str | None, cont
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `distributetrain` group."""
-    for command in (run_command, launch_command, supervise_command, wait_command, status_command,
+    for command in (run_command, launch_command, posttraining_command, wait_command, status_command,
                     logs_command, delete_command):
         group.add_command(command)
