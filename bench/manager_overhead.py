@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from distributetrain import inventory, planner
-from distributetrain.config import JobSpec
+from distributetrain.cleanup import delete_job
+from distributetrain.joblog import Reporter
+from distributetrain.jobspec import JobSpec
 from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
 from distributetrain.localcluster import daemon
 from distributetrain.orchestrator import Orchestrator
-from distributetrain.supervisor import Reporter, delete_job
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64
@@ -90,7 +91,7 @@ def _launch_once(kubeconfig: Path, job: str, page_size: int) -> dict[str, Any]:
     spec = JobSpec.from_sources({"gpus": str(JOB_GPUS), "image": IMAGE, "job_name": job}, {})
     orchestrator = Orchestrator(kube, spec, reporter=Reporter(io.StringIO(), io.StringIO()))
     offset = time.perf_counter() - started  # connecting and validating, before the orchestrator's clock
-    launched = orchestrator.launch()
+    launched = orchestrator.pretraining.run()
     cpu = time.process_time() - cpu_started  # the manager's own CPU: what machine load does not inflate
     timings = launched.timings
     startup = timings["workers_ready"] - timings["workers_created"]

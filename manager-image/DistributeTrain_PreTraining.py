@@ -9,7 +9,7 @@ import signal
 import sys
 
 # Hold SIGTERM/SIGINT from the first line: the package takes them over once it can clean up after them
-# (orchestrator.py), and Manager.sh hands them on only after this notice.
+# (cleanup.py), and Manager.sh hands them on only after this notice.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
 if os.environ.get("DT_NOTIFY_PARENT") == "1":
     os.kill(os.getppid(), signal.SIGUSR1)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The manager pod's job, as the design has it: PreTraining (plan, create the workers and, once they are
 # Ready, the hostfile and the chief), then PostTraining (stream the chief's log, wait for it to end, delete
-# the workers). Both phases read the same request: this script's arguments plus the DT_* environment
-# (`distributetrain run --help` lists them all). The logic lives in the distributetrain package.
+# the workers). Both phases get the same request: this script's arguments plus the DT_* environment
+# (`distributetrain run --help` lists them all); PostTraining reads only the job's name, namespace and
+# keep-chief from it. The logic lives in the distributetrain package.
 #
 # The kubelet's SIGTERM reaches PID 1, this shell. It is handed to the running phase, which deletes everything
 # the job created and exits 128+signal. A phase tells this shell (SIGUSR1) once it holds signals for its

@@ -1,26 +1,16 @@
 """The error hierarchy and the exit-code table.
 
 Every failure the user can meet is one of these, raised with a message that names the object, what was
-asked and what was available, and what to do next. The CLI maps them to exit codes once, here.
-
-Exit codes (documented in docs/design.md and `distributetrain --help`):
-
-====  ==========================================================================
-0     success (the chief's training exited 0)
-1-    the chief's own non-zero exit code is passed through unchanged
-2     bad usage or bad input: nothing was created
-3     the request cannot be placed on the free GPUs: nothing was created
-70    a worker failed or disappeared during the job
-71    the gang of workers did not become Ready within the schedule timeout (after retries)
-72    the Kubernetes API refused or failed (Forbidden, unreachable, repeated 5xx)
-73    a worker's sshd never accepted the job key
-74    the job's active deadline passed
-75    the chief pod was lost (deleted, evicted, its node failed)
-130   interrupted (SIGINT); 143 terminated (SIGTERM) - everything created was deleted first
-====  ==========================================================================
+asked and what was available, and what to do next. Each class carries its exit code; the CLI exits with it
+(cli/__init__.py). EXIT_CODES is the table of them all, written once: `distributetrain --help` prints it,
+and a unit test holds docs/design.md to it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -33,6 +23,22 @@ EXIT_DEADLINE = 74
 EXIT_CHIEF_LOST = 75
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
+
+EXIT_CODES: tuple[tuple[str, str], ...] = (
+    (f"{EXIT_OK}", "the training succeeded"),
+    (f"{EXIT_USAGE}", "bad usage or input; nothing was created"),
+    (f"{EXIT_UNPLACEABLE}", "the request cannot be placed on the free GPUs; nothing was created"),
+    (f"{EXIT_WORKER_FAILED}", "a worker failed or disappeared"),
+    (f"{EXIT_SCHEDULE_TIMEOUT}",
+     "the workers did not become Ready within the schedule timeout, after the retries"),
+    (f"{EXIT_API}", "the Kubernetes API refused (Forbidden) or failed"),
+    (f"{EXIT_SSH}", "a worker's sshd never accepted the job key"),
+    (f"{EXIT_DEADLINE}", "the active deadline passed"),
+    (f"{EXIT_CHIEF_LOST}", "the chief pod was lost"),
+    (f"{EXIT_SIGINT} / {EXIT_SIGTERM}",
+     "interrupted by SIGINT / SIGTERM, after deleting everything the job created"),
+    ("other", "the training's own exit code, passed through from the chief"),
+)
 
 
 class DistributeTrainError(Exception):
@@ -66,9 +72,42 @@ class ScheduleTimeout(DistributeTrainError):
 
 
 class ApiError(DistributeTrainError):
-    """The Kubernetes API refused (`Forbidden`) or failed; the message carries the server's own words."""
+    """The Kubernetes API refused or failed; the message carries the server's own words. Callers decide by
+    the answer's fields, never its text: `status` (the HTTP code; None when no answer came), `reason` (the
+    Status object's: NotFound, AlreadyExists, Conflict, Expired...) and `details` (its name, kind, causes)."""
 
     exit_code = EXIT_API
+
+    def __init__(self, message: str, *, status: int | None = None, reason: str | None = None,
+                 details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.details: Mapping[str, Any] = MappingProxyType(dict(details or {}))
+
+
+class Forbidden(ApiError):
+    """403: RBAC denies the request."""
+
+
+class NotFound(ApiError):
+    """404: the object, or its namespace (details kind "namespaces"), does not exist."""
+
+
+class Conflict(ApiError):
+    """409: a create whose name is taken or a delete whose precondition (uid) no longer holds."""
+
+
+class AlreadyExists(Conflict):
+    """409 with reason AlreadyExists: an object of that name exists."""
+
+
+class Gone(ApiError):
+    """410: a watch's resourceVersion or a list's continue token is too old; list again."""
+
+
+class StreamBroken(ApiError):
+    """A watch or log stream was cut mid-way (API server restarted, connection reset); resume it."""
 
 
 class SshUnreachable(DistributeTrainError):

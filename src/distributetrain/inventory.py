@@ -11,73 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import DEFAULT_RESOURCE
+from distributetrain.podrequests import holds_resources, pod_requests
 from distributetrain.quantity import parse_count
-from distributetrain.resources import holds_resources, pod_requests
+from distributetrain.tolerations import Toleration, default_tolerations, tolerates
 
-EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _EXCLUDING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule is only a preference
-
-
-class TolerationLike(Protocol):
-    """Anything shaped like a pod toleration (ours, or config's); None and "" both mean "any"."""
-
-    @property
-    def key(self) -> str | None: ...
-    @property
-    def operator(self) -> str: ...
-    @property
-    def value(self) -> str | None: ...
-    @property
-    def effect(self) -> str | None: ...
-
-
-def tolerates(toleration: TolerationLike, taint: Mapping[str, Any]) -> bool:
-    """Kubernetes' matching rule: an empty key with Exists tolerates every taint, an empty effect any effect,
-    Equal compares values (a missing value is "")."""
-    if toleration.effect and toleration.effect != taint.get("effect"):
-        return False
-    if toleration.key and toleration.key != taint.get("key"):
-        return False
-    if toleration.operator == "Exists":
-        return True
-    return (toleration.value or "") == (taint.get("value") or "")
-
-
-@dataclass(frozen=True)
-class Toleration:
-    """A pod toleration (see `tolerates`); `str()` gives it back in the --toleration syntax."""
-
-    key: str = ""
-    operator: str = "Exists"  # "Exists" or "Equal"
-    value: str = ""
-    effect: str = ""  # "" (any), "NoSchedule", "PreferNoSchedule" or "NoExecute"
-
-    def to_dict(self) -> dict[str, str]:
-        """The toleration as it goes into a pod spec."""
-        out = {"key": self.key} if self.key else {}
-        out["operator"] = self.operator
-        if self.operator == "Equal":
-            out["value"] = self.value
-        if self.effect:
-            out["effect"] = self.effect
-        return out
-
-    def __str__(self) -> str:
-        text = self.key or "*"
-        if self.operator == "Equal":
-            text += f"={self.value}"
-        return f"{text}:{self.effect}" if self.effect else text
-
-
-def default_tolerations(resource: str = DEFAULT_RESOURCE) -> tuple[Toleration, ...]:
-    """What every worker tolerates: GPU nodes are usually tainted `nvidia.com/gpu`, and the
-    ExtendedResourceToleration admission plugin tolerates a taint named after the requested resource."""
-    keys = dict.fromkeys([DEFAULT_RESOURCE, resource])
-    return tuple(Toleration(key=key, operator="Exists") for key in keys)
 
 
 @dataclass(frozen=True)
@@ -120,7 +62,7 @@ def _taint_text(taint: Mapping[str, Any]) -> str:
     return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
 
 
-def node_exclusions(node: Mapping[str, Any], *, tolerations: Sequence[TolerationLike],
+def node_exclusions(node: Mapping[str, Any], *, tolerations: Sequence[Toleration],
                     node_selector: Mapping[str, str]) -> list[str]:
     """Every reason a worker pod may not be scheduled on `node` (empty when it may)."""
     reasons: list[str] = []
@@ -170,7 +112,7 @@ def _pod_count(pod: Mapping[str, Any], resource: str, node: str) -> int:
 
 
 def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
-              resource: str = DEFAULT_RESOURCE, tolerations: Sequence[TolerationLike] | None = None,
+              resource: str = DEFAULT_RESOURCE, tolerations: Sequence[Toleration] | None = None,
               node_selector: Mapping[str, str] | None = None) -> tuple[NodeGpus, ...]:
     """Per node, sorted by name: allocatable, requested by pods holding resources there, free, eligibility.
 
@@ -214,142 +156,3 @@ def topology(rows: Iterable[NodeGpus], label: str) -> dict[str, str]:
     """Eligible node -> the value of its `label` (nodes without the label are left out: the planner treats
     each as a domain of its own)."""
     return {row.node: row.labels[label] for row in rows if row.eligible and label in row.labels}
-
-
-# ---- parsing the CLI's --toleration and --node-selector ------------------------------------------
-
-TOLERATION_SYNTAX = """\
-KEY[=VALUE][:EFFECT], as `kubectl taint` writes taints. Without =VALUE the key is matched whatever its value
-(operator Exists); with =VALUE the value must be equal (operator Equal). Without :EFFECT every effect is
-tolerated; EFFECT is NoSchedule, PreferNoSchedule or NoExecute. KEY `*` tolerates every taint.
-Examples: dedicated=ml:NoSchedule, example.com/spot, *"""
-
-
-def parse_toleration(text: str) -> Toleration:
-    """Parse one --toleration value (syntax: TOLERATION_SYNTAX)."""
-    spec, _, effect = text.strip().rpartition(":") if ":" in text else (text.strip(), "", "")
-    if effect:
-        match = [known for known in EFFECTS if known.lower() == effect.lower()]
-        if not match:
-            raise InvalidInput(f"--toleration {text!r}: effect {effect!r} is not one of {', '.join(EFFECTS)} "
-                               f"(syntax: KEY[=VALUE][:EFFECT], e.g. dedicated=ml:NoSchedule)")
-        effect = match[0]
-    key, equals, value = spec.partition("=")
-    key = key.strip()
-    if not key:
-        raise InvalidInput(f"--toleration {text!r}: the taint key is missing "
-                           "(syntax: KEY[=VALUE][:EFFECT]; use * for every key)")
-    if key == "*":
-        if equals:
-            raise InvalidInput(f"--toleration {text!r}: * matches every key, it cannot take a value")
-        return Toleration(key="", operator="Exists", effect=effect)
-    if any(ch.isspace() for ch in key + value) or ":" in key:
-        raise InvalidInput(f"--toleration {text!r}: keys and values cannot contain spaces or ':'")
-    if equals:
-        return Toleration(key=key, operator="Equal", value=value.strip(), effect=effect)
-    return Toleration(key=key, operator="Exists", effect=effect)
-
-
-def parse_node_selector(items: Iterable[str]) -> dict[str, str]:
-    """Parse --node-selector values `KEY=VALUE` (several per flag, comma-separated); all must match."""
-    selector: dict[str, str] = {}
-    for item in items:
-        for part in item.split(","):
-            key, equals, value = part.strip().partition("=")
-            if not equals or not key.strip():
-                raise InvalidInput(f"--node-selector {item!r}: {part.strip()!r} is not KEY=VALUE "
-                                   "(e.g. --node-selector gpu-type=a100)")
-            key = key.strip()
-            if key in selector and selector[key] != value.strip():
-                raise InvalidInput(f"--node-selector: {key} is given twice ({selector[key]!r} and "
-                                   f"{value.strip()!r}); a node has one value per label")
-            selector[key] = value.strip()
-    return selector
-
-
-# ---- cluster files: what `kubectl get nodes,pods -A -o json` writes ------------------------------
-
-_LIST_KINDS = {"List": None, "NodeList": "Node", "PodList": "Pod"}
-
-
-def _documents(text: str, source: str) -> list[Any]:
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        # JSON first: a 10,000-node dump parses in milliseconds with orjson, in seconds as YAML
-        import orjson
-
-        try:
-            return [orjson.loads(text)]
-        except orjson.JSONDecodeError as err:
-            raise InvalidInput(f"{source}: not valid JSON: {err}") from None
-    import yaml
-
-    try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"{source}: not valid JSON or YAML: {err}") from None
-
-
-def parse_cluster_document(text: str, *, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Nodes and pods from one file's text: a v1 List, a NodeList or PodList, or single Node/Pod objects
-    (several YAML documents allowed). Objects of other kinds are skipped; `source` names the file in
-    errors."""
-    nodes: list[dict[str, Any]] = []
-    pods: list[dict[str, Any]] = []
-
-    def take(obj: Any, kind: str | None, where: str) -> None:
-        if not isinstance(obj, dict):
-            raise InvalidInput(f"{source}: {where} is not an object but {type(obj).__name__}")
-        kind = obj.get("kind") or kind
-        if kind not in ("Node", "Pod"):
-            return
-        if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
-            raise InvalidInput(f"{source}: {where} ({kind}) has no metadata.name")
-        for part in ("spec", "status"):
-            if obj.get(part) is not None and not isinstance(obj[part], dict):
-                name = obj["metadata"]["name"]
-                raise InvalidInput(f"{source}: {where} ({kind} {name}): {part} is not an object")
-        (nodes if kind == "Node" else pods).append(obj)
-
-    docs = _documents(text, source)
-    for number, doc in enumerate(docs):
-        where = f"document {number + 1}" if len(docs) > 1 else "the document"
-        if not isinstance(doc, dict):
-            raise InvalidInput(f"{source}: {where} is not a Kubernetes object or List "
-                               "(write it with: kubectl get nodes,pods -A -o json)")
-        kind = doc.get("kind")
-        if kind in _LIST_KINDS:
-            items = doc.get("items")
-            if items is None:
-                items = []
-            if not isinstance(items, list):
-                raise InvalidInput(f"{source}: {where} is a {kind} whose items is not a list")
-            for index, item in enumerate(items):
-                take(item, _LIST_KINDS[kind], f"items[{index}]")
-        elif kind in ("Node", "Pod"):
-            take(doc, None, where)
-        else:
-            raise InvalidInput(f"{source}: {where} has kind {kind!r}; expected a List, NodeList, PodList, "
-                               "Node or Pod (write it with: kubectl get nodes,pods -A -o json)")
-    return nodes, pods
-
-
-def read_cluster_files(*, paths: Sequence[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Nodes and pods from every file in `paths` (see parse_cluster_document); at least one Node overall."""
-    nodes: list[dict[str, Any]] = []
-    pods: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as err:
-            raise InvalidInput(f"{path}: cannot read the cluster file: {err.strerror or err}") from None
-        except UnicodeDecodeError as err:
-            raise InvalidInput(f"{path}: not a text file ({err.reason})") from None
-        more_nodes, more_pods = parse_cluster_document(text, source=path)
-        nodes.extend(more_nodes)
-        pods.extend(more_pods)
-    if not nodes:
-        raise InvalidInput(f"no Node objects in {', '.join(paths)}: the cluster file needs the nodes too "
-                           "(write it with: kubectl get nodes,pods -A -o json > cluster.json)")
-    return nodes, pods

@@ -1,11 +1,18 @@
-"""What the manager's log says about a job, as pure functions: the inventory table, a pod and where it runs,
-the hostfile. The manager's log is what a user watches (`kubectl logs -f distributetrain-manager`), so each
-line should let them follow the job without reading the code; Reporter (supervisor.py) stamps and writes them.
+"""The manager's log: what it says about a job, and `Reporter`, which stamps and writes it.
+
+The manager's log is what a user watches (`kubectl logs -f distributetrain-manager`), so each line should let
+them follow the job without reading the code. The formatting is pure functions (the inventory table, a pod
+and where it runs, the hostfile); Reporter writes the manager's own lines to stderr, stamped in UTC with
+milliseconds, and copies the chief's lines to stdout unchanged.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Sequence
+from typing import TextIO
 
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
@@ -15,6 +22,33 @@ from distributetrain.inventory import NodeGpus
 INVENTORY_ROWS = 20
 HOSTFILE_ENTRIES = 16
 _HEADER = ("NODE", "ALLOCATABLE", "REQUESTED", "FREE", "ELIGIBLE")
+
+
+class Reporter:
+    """The manager's own log: what it decides and why, one timestamped line each; and the chief's lines,
+    passed through unchanged. Tests subclass it to act at a given moment (e.g. right after a plan)."""
+
+    def __init__(self, stream: TextIO | None = None, chief_stream: TextIO | None = None) -> None:
+        self.stream = stream
+        self.chief_stream = chief_stream
+        self._lock = threading.Lock()
+
+    def say(self, message: str) -> None:
+        now = time.time()  # milliseconds: the phases of a job's start-up take fractions of a second
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+        with self._lock:
+            out = self.stream or sys.stderr
+            out.write(f"{stamp} distributetrain: {message}\n")
+            out.flush()
+
+    def chief_line(self, line: bytes) -> None:
+        with self._lock:
+            out = self.chief_stream or sys.stdout
+            out.write(line.decode("utf-8", "replace") + "\n")
+            out.flush()
+
+    def planned(self, plan: object, attempt: int) -> None:
+        """Called after each plan, before anything of it is created."""
 
 
 def inventory_lines(rows: Sequence[NodeGpus], *, resource: str, limit: int = INVENTORY_ROWS) -> list[str]:

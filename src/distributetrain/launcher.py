@@ -29,16 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import hostfile, naming, ssh
+from distributetrain import fieldparsers, hostfile, naming, ssh
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
+from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
 
 log = logging.getLogger("distributetrain.launcher")
-
-TRANSPORTS = ("gloo", "mpi")
-DEFAULT_COMMAND = ("python3", naming.TRAIN_SCRIPT_PATH)
-_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>ms|s|m|h)?$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 @dataclass(frozen=True)
@@ -168,10 +164,12 @@ def exit_code_for(horovodrun_code: int, failure: Failure | None) -> int:
 
 
 def parse_duration(value: str, *, name: str) -> float:
-    match = _DURATION.match(value.strip())
-    if match is None:
-        raise InvalidInput(f"{name}: {value!r} is not a duration such as 120, 90s, 2m")
-    return float(match["n"]) * _UNIT_SECONDS[match["unit"]]
+    """The request's one duration grammar (fieldparsers.parse_duration: 120, 90s, 2m, 1h30m), naming the
+    setting in errors."""
+    try:
+        return fieldparsers.parse_duration(value)
+    except ValueError as err:
+        raise InvalidInput(f"{name}: {err}") from None
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
@@ -204,7 +202,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--num-processes", type=int,
                         default=_env_int(env, naming.ENV_NUM_PROCESSES, 0) or None,
                         help="the job's processes in total; if given, the hostfile's slots must add up to it")
-    parser.add_argument("--transport", choices=TRANSPORTS, default=env.get(naming.ENV_TRANSPORT) or "gloo")
+    parser.add_argument("--transport", choices=TRANSPORTS,
+                        default=env.get(naming.ENV_TRANSPORT) or TRANSPORTS[0])
     parser.add_argument("--network-interface", default=env.get(naming.ENV_NETWORK_INTERFACE) or None)
     parser.add_argument("--ssh-timeout", default=env.get(naming.ENV_SSH_TIMEOUT) or "120",
                         help="how long to wait for every worker's sshd (seconds, or 90s, 2m)")

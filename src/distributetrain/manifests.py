@@ -1,7 +1,7 @@
 """Builders of every object a job creates: plain dicts as the API takes them. No I/O here.
 
 The contract with the base image (base-image/) is the entrypoint, its two modes and the DT_* environment
-variables (naming.py): a worker runs sshd on the job's port, the chief runs the launcher.
+variables, all named in naming.py: a worker runs sshd on the job's port, the chief runs the launcher.
 """
 
 from __future__ import annotations
@@ -12,27 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from distributetrain import hostfile, naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.planner import Entry
 from distributetrain.sshkeys import KeyPair
 
-# The base image's entrypoint, its modes and the DT_* variables it reads are naming.py's (shared with the
-# launcher and base-image/entrypoint.sh); re-exported here for the readers of this module.
-ENTRYPOINT = naming.ENTRYPOINT_PATH
-WORKER_MODE = naming.ENTRYPOINT_WORKER
-LAUNCHER_MODE = naming.ENTRYPOINT_LAUNCHER
-ENV_SSH_PORT = naming.ENV_SSH_PORT
-ENV_SSH_DIR = naming.ENV_SSH_DIR
-ENV_HOSTFILE = naming.ENV_HOSTFILE
-ENV_NUM_PROCESSES = naming.ENV_NUM_PROCESSES
-ENV_SLOTS = naming.ENV_SLOTS
-ENV_POD_IP = naming.ENV_POD_IP
-ENV_NETWORK_INTERFACE = naming.ENV_NETWORK_INTERFACE
-ENV_TRANSPORT = naming.ENV_TRANSPORT
-ENV_SSH_TIMEOUT = naming.ENV_SSH_TIMEOUT
-ENV_JOB_NAME = "DT_JOB_NAME"  # informational: which job a pod belongs to, for its own logs
-WORKER_CONTAINER = "worker"
-CHIEF_CONTAINER = "launcher"
 SSH_VOLUME = "ssh"
 HOSTFILE_VOLUME = "hostfile"
 WORK_VOLUME = "work"
@@ -110,7 +93,7 @@ def _container(spec: JobSpec, name: str, entry: Entry, args: list[str], env: lis
                mounts: list[dict[str, Any]], capabilities: dict[str, Any]) -> dict[str, Any]:
     share = {spec.resource: str(entry.gpus)}
     container: dict[str, Any] = {
-        "name": name, "image": spec.image, "command": [ENTRYPOINT], "args": args, "env": env,
+        "name": name, "image": spec.image, "command": [naming.ENTRYPOINT_PATH], "args": args, "env": env,
         "resources": {"requests": dict(share), "limits": dict(share)},
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": capabilities},
@@ -170,16 +153,16 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
 
 
 def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
-    return [{"name": ENV_JOB_NAME, "value": spec.job_name},
-            {"name": ENV_SSH_PORT, "value": str(spec.ssh_port)},
-            {"name": ENV_SSH_DIR, "value": naming.SSH_MOUNT_PATH}]
+    return [{"name": naming.ENV_JOB_NAME, "value": spec.job_name},
+            {"name": naming.ENV_SSH_PORT, "value": str(spec.ssh_port)},
+            {"name": naming.ENV_SSH_DIR, "value": naming.SSH_MOUNT_PATH}]
 
 
 def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentity | None) -> dict[str, Any]:
     """Worker `index`: sshd on the job's port, ready once the port accepts connections."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False)
-    container = _container(spec, WORKER_CONTAINER, entry, [WORKER_MODE], _common_env(spec), mounts,
-                           {"drop": ["ALL"], "add": list(SSHD_CAPABILITIES)})
+    container = _container(spec, naming.WORKER_CONTAINER, entry, [naming.ENTRYPOINT_WORKER],
+                           _common_env(spec), mounts, {"drop": ["ALL"], "add": list(SSHD_CAPABILITIES)})
     container["ports"] = [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}]
     container["readinessProbe"] = {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
                                    "timeoutSeconds": 1, "failureThreshold": 3}
@@ -192,14 +175,14 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None) -> 
     itself, and exits with the training's exit code. `args` after `--` is the user's command."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=True)
     env = [*_common_env(spec),
-           {"name": ENV_HOSTFILE, "value": f"{naming.HOSTFILE_MOUNT_PATH}/{naming.HOSTFILE_KEY}"},
-           {"name": ENV_NUM_PROCESSES, "value": str(spec.gpus)},
-           {"name": ENV_SLOTS, "value": str(entry.gpus)},
-           {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-           {"name": ENV_TRANSPORT, "value": spec.transport},
-           {"name": ENV_SSH_TIMEOUT, "value": f"{spec.ssh_timeout:g}"}]
+           {"name": naming.ENV_HOSTFILE, "value": f"{naming.HOSTFILE_MOUNT_PATH}/{naming.HOSTFILE_KEY}"},
+           {"name": naming.ENV_NUM_PROCESSES, "value": str(spec.gpus)},
+           {"name": naming.ENV_SLOTS, "value": str(entry.gpus)},
+           {"name": naming.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": naming.ENV_TRANSPORT, "value": spec.transport},
+           {"name": naming.ENV_SSH_TIMEOUT, "value": f"{spec.ssh_timeout:g}"}]
     if spec.network_interface:
-        env.append({"name": ENV_NETWORK_INTERFACE, "value": spec.network_interface})
-    container = _container(spec, CHIEF_CONTAINER, entry, [LAUNCHER_MODE, "--", *spec.command], env, mounts,
-                           {"drop": ["ALL"]})
+        env.append({"name": naming.ENV_NETWORK_INTERFACE, "value": spec.network_interface})
+    args = [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command]
+    container = _container(spec, naming.CHIEF_CONTAINER, entry, args, env, mounts, {"drop": ["ALL"]})
     return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner)

@@ -1,8 +1,12 @@
-"""Every name, label, annotation key, mount path and default of the objects a job creates."""
+"""Every name, label, annotation key, mount path and default of the objects a job creates; the contract with
+the base image (its paths, its entrypoint's modes, the DT_* variables its pods read); and the Kubernetes
+grammar those names follow (DNS labels and subdomains, qualified names, label values)."""
 
 from __future__ import annotations
 
 import re
+
+from distributetrain.errors import InvalidInput
 
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "distributetrain"
@@ -18,6 +22,7 @@ ROLE_NETWORK = "network"
 GPUS_ANNOTATION = "distributetrain.io/gpus"
 
 DEFAULT_RESOURCE = "nvidia.com/gpu"
+DEFAULT_JOB_NAME = "distributetrain"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_SSH_PORT = 2222
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -30,12 +35,40 @@ SSH_PRIVATE_KEY = "id_ed25519"
 SSH_PUBLIC_KEY = "id_ed25519.pub"
 SSH_AUTHORIZED_KEYS = "authorized_keys"
 
+# the containers of the job's pods, by the name `kubectl logs -c` takes
+WORKER_CONTAINER = "worker"
+CHIEF_CONTAINER = "launcher"
+
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 JOB_NAME_MAX = 40  # leaves room for "-worker-NNNN" within the 63-character label limit
 
 
 def is_dns1123_label(value: str) -> bool:
     return len(value) <= 63 and bool(_DNS1123_LABEL.match(value))
+
+
+def is_subdomain(value: str) -> bool:
+    return 0 < len(value) <= 253 and bool(_SUBDOMAIN.match(value))
+
+
+def check_qualified_name(value: str, *, prefix_required: bool = False) -> None:
+    """A label key or resource name: [PREFIX/]NAME, PREFIX a DNS subdomain, NAME at most 63 characters."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_subdomain(prefix):
+        raise InvalidInput(f"{value!r}: prefix {prefix!r} is not a lower-case DNS subdomain")
+    if prefix_required and not slash:
+        raise InvalidInput(f"{value!r} needs a domain prefix, like nvidia.com/gpu")
+    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
+        raise InvalidInput(f"{value!r}: name {name!r} must be 1-63 characters of [A-Za-z0-9-_.], "
+                           "starting and ending with a letter or digit")
+
+
+def check_label_value(value: str) -> None:
+    if value and not (len(value) <= 63 and _NAME_PART.match(value)):
+        raise InvalidInput(f"label value {value!r} must be at most 63 characters of [A-Za-z0-9-_.], "
+                           "starting and ending with a letter or digit")
 
 
 def worker_name(job: str, index: int) -> str:
@@ -68,7 +101,6 @@ def job_selector(job: str) -> str:
     return f"{MANAGED_BY_KEY}={MANAGED_BY},{JOB_LABEL}={job}"
 
 
-
 # The base image (base-image/Dockerfile): where its files live and what its entrypoint's modes are called.
 # manifests.py builds pods against these; tests/unit/test_launcher.py checks the two agree.
 ENTRYPOINT_PATH = "/usr/local/bin/distributetrain-entrypoint"
@@ -76,6 +108,10 @@ IMAGE_HOME = "/opt/distributetrain"
 TRAIN_SCRIPT_PATH = "/opt/distributetrain/Train.py"
 ENTRYPOINT_WORKER = "worker"      # sshd -D -e, key-only, the job key from the Secret
 ENTRYPOINT_LAUNCHER = "launcher"  # python -m distributetrain.launcher [-- COMMAND...]
+# What the chief runs on every rank when the request names no command: the base image's training script.
+DEFAULT_COMMAND = ("python3", TRAIN_SCRIPT_PATH)
+# Horovod's controllers, as DT_TRANSPORT and horovodrun (--gloo, --mpi) name them; the first is the default.
+TRANSPORTS = ("gloo", "mpi")
 
 # What the entrypoint and the chief's launcher read from their environment (the job's pods set these).
 ENV_SSH_DIR = "DT_SSH_DIR"          # the mounted Secret; default SSH_MOUNT_PATH
@@ -89,3 +125,4 @@ ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"   # chief: seconds (or 90s, 2m) to wait for e
 ENV_START_TIMEOUT = "DT_START_TIMEOUT"  # chief: horovodrun --start-timeout
 ENV_HOSTFILE = "DT_HOSTFILE"        # chief: default HOSTFILE_MOUNT_PATH/HOSTFILE_KEY
 ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it
+ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs

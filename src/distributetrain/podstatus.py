@@ -8,7 +8,8 @@ from typing import Any
 
 from distributetrain import naming
 
-TERMINATED = ("Succeeded", "Failed")
+# A pod in one of these phases has finished: its containers will not run again and it holds no resources.
+TERMINAL_PHASES = ("Succeeded", "Failed")
 Pod = Mapping[str, Any]
 
 
@@ -57,7 +58,7 @@ def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:
 
 
 def is_terminated(pod: Pod) -> bool:
-    return phase(pod) in TERMINATED
+    return phase(pod) in TERMINAL_PHASES
 
 
 def is_ready(pod: Pod) -> bool:
@@ -120,3 +121,18 @@ def describe(pod: Pod) -> str:
     where = node(pod) or planned_node(pod) or "no node"
     label = "on node" if node(pod) else "planned for node"
     return f"pod {name(pod)} {label} {where}: {why(pod)}"
+
+
+def expected_processes(chief: Pod) -> int | None:
+    """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
+    for container in (chief.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == naming.ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
+                return int(env["value"])
+    return None
+
+
+def active_deadline(pod: Pod) -> float | None:
+    """The pod's spec.activeDeadlineSeconds (the job's --active-deadline, whole seconds), None without one."""
+    value = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

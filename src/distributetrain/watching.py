@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from distributetrain.errors import ApiError
-from distributetrain.k8s import Gone, Kube, StreamBroken
+from distributetrain.errors import ApiError, Gone, StreamBroken
+from distributetrain.k8s import Kube
 
 log = logging.getLogger(__name__)
 

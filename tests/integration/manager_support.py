@@ -8,13 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.cleanup import JOB_KINDS
+from distributetrain.joblog import Reporter
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
 from distributetrain.localcluster.runtime.sim import Behavior
 from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.planner import Plan
-from distributetrain.supervisor import JOB_KINDS, Reporter
 
 IMAGE = "distributetrain/base:0.1.0"
 

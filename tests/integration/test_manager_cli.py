@@ -116,6 +116,26 @@ def test_launch_then_wait(local_cluster_factory: Factory) -> None:
     assert leftovers(cluster, "two-step") == {"pods": ["two-step-chief"]}
 
 
+def test_posttraining_reads_only_the_job_from_the_request_and_the_deadline_from_its_pods(
+        local_cluster_factory: Factory) -> None:
+    """DistributeTrain_PostTraining.py's command: the rest of the request (even an invalid --gpus) is not
+    its to validate; the active deadline counts from DT_MANAGER_STARTED_AT, its length from the chief."""
+    cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=None)])
+    request = ["--gpus", "4", "--image", IMAGE, "--job-name", "post", "--active-deadline", "4s"]
+    assert cli(cluster, "launch", "--quiet", *request).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DT_", "KUBERNETES_"))}
+    env.update(DT_MANAGER_STARTED_AT=f"{time.time():.0f}", DT_NAMESPACE="default")
+    started = time.monotonic()
+    done = subprocess.run([CLI, "posttraining", "--kubeconfig", str(cluster.kubeconfig), *request,
+                           "--gpus", "not-read", "--", "python3", "x.py", "--job-name", "other"],
+                          env=env, capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 74, done.stderr
+    assert time.monotonic() - started < 30
+    assert "supervising job post: chief post-chief" in done.stderr
+    assert "deleting all it created" in done.stderr
+    assert leftovers(cluster, "post") == {}
+
+
 MANAGER_SH = Path(__file__).resolve().parents[2] / "manager-image" / "Manager.sh"
 
 

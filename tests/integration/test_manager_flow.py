@@ -37,7 +37,7 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
     owner = manager_pod(kube)
     orch, recorder = orchestrator(cluster, spec(), owner=owner, kube=kube)
 
-    launched = orch.launch()
+    launched = orch.pretraining.run()
 
     pods = {p["metadata"]["name"]: p for p in kube.list("pods", "default",
                                                          label_selector=naming.job_selector("train"))[0]}
@@ -84,7 +84,7 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
     # training ends: the chief logs and exits 0
     cluster.call(cluster.runtime.append_log("default", "train-chief", "loss 0.1\n"))  # type: ignore[attr-defined]
     cluster.call(cluster.runtime.exit_container("default", "train-chief", 0))  # type: ignore[attr-defined]
-    assert orch.supervise(launched) == 0
+    assert orch.run_posttraining(launched) == 0
     assert ("supervising job train: chief train-chief (node-3, 1 GPU), workers train-worker-0 "
             "(node-1, 5 GPUs)") in recorder.text
     assert "epoch 2 loss 0.5\nloss 0.1\n" in recorder.chief_out.getvalue()
@@ -125,20 +125,20 @@ def test_worker_deleted_by_someone_stops_the_job(local_cluster_factory: Factory)
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=None)])
     kube = Kube(cluster.api_client())
     orch, _ = orchestrator(cluster, spec(), kube=kube)
-    launched = orch.launch()
+    launched = orch.pretraining.run()
     kube.delete("pods", "default", "train-worker-0")
     with pytest.raises(WorkerFailed, match="train-worker-0"):
-        orch._guarded(lambda: orch.supervise(launched))
+        orch.run_posttraining(launched)
     assert leftovers(cluster, "train") == {}
 
 
 def test_chief_node_failing_is_chief_lost(local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=None)])
     orch, _ = orchestrator(cluster, spec())
-    launched = orch.launch()
+    launched = orch.pretraining.run()
     cluster.call(cluster.runtime.fail_node("node-3"))
     with pytest.raises(Exception) as caught:
-        orch._guarded(lambda: orch.supervise(launched))
+        orch.run_posttraining(launched)
     assert getattr(caught.value, "exit_code", None) == 75
     assert "NodeLost" in str(caught.value)
     assert leftovers(cluster, "train") == {}

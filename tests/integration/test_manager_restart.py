@@ -34,7 +34,7 @@ def exit_chief_later(cluster: TestCluster, job: str, code: int, after: float,
 def test_restarted_manager_adopts_the_running_job(local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=None)])
     first, _ = orchestrator(cluster, spec())
-    before = first.launch()  # ...and the first manager dies here, leaving the job running
+    before = first.pretraining.run()  # ...and the first manager dies here, leaving the job running
     uids = {n: Kube(cluster.api_client()).get("pods", "default", n)["metadata"]["uid"]  # type: ignore[index]
             for n in (*before.workers, before.chief)}
     second, recorder = orchestrator(cluster, spec())
@@ -51,7 +51,7 @@ def test_restarted_manager_cleans_up_a_partial_job(local_cluster_factory: Factor
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=0, exit_after=1.0)])
     admin = Kube(cluster.api_client())
     first, _ = orchestrator(cluster, spec())
-    first.launch()
+    first.pretraining.run()
     admin.delete("pods", "default", "train-chief")  # the first manager died before the chief was created
     old_worker = admin.get("pods", "default", "train-worker-0")
     assert old_worker is not None
@@ -66,7 +66,7 @@ def test_a_job_run_by_a_live_manager_is_refused_and_untouched(local_cluster_fact
     admin = Kube(cluster.api_client())
     first_owner = manager_pod(admin, "manager-a")
     first, _ = orchestrator(cluster, spec(), owner=first_owner)
-    first.launch()
+    first.pretraining.run()
     before = leftovers(cluster, "train")
     second, _ = orchestrator(cluster, spec(), owner=manager_pod(admin, "manager-b"))
     with pytest.raises(InvalidInput, match="run by manager pod manager-a, which is still running"):
@@ -80,7 +80,7 @@ def test_deleting_the_manager_pod_garbage_collects_the_job(local_cluster_factory
     admin = Kube(cluster.api_client())
     owner = manager_pod(admin)
     orch, _ = orchestrator(cluster, spec(), owner=owner)
-    orch.launch()
+    orch.pretraining.run()
     admin.delete("pods", "default", owner.name, grace_seconds=0)
     watched = Watched(admin, "pods", "default", naming.job_selector("train"))
     for pods in watched.changes(deadline=time.monotonic() + 30):

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from manager_support import chief_behavior, leftovers, orchestrator, spec
 
+from distributetrain.cleanup import delete_job
 from distributetrain.errors import ApiError
 from distributetrain.k8s import Kube
 from distributetrain.localcluster.testing import TestCluster
-from distributetrain.supervisor import delete_job
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

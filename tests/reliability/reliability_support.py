@@ -25,12 +25,13 @@ from typing import Any
 import pytest
 
 from distributetrain import inventory, k8s, naming
-from distributetrain.config import JobSpec, ManagerIdentity
+from distributetrain.cleanup import JOB_KINDS
+from distributetrain.joblog import Reporter
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
 from distributetrain.localcluster.runtime.sim import Behavior
 from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
-from distributetrain.supervisor import JOB_KINDS, Reporter
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))

@@ -23,7 +23,7 @@ from reliability_support import (
 
 from distributetrain import naming
 from distributetrain.localcluster.testing import TestCluster
-from distributetrain.supervisor import failed_rank
+from distributetrain.posttraining import failed_rank
 
 
 def _start(cluster: TestCluster, **fields: str) -> tuple[ManagerThread, dict[str, int]]:

@@ -236,6 +236,16 @@ def test_bad_usage_exits_2_and_says_what_is_wrong(args: list[str], message: str)
     assert message in result.stderr
 
 
+def test_plan_and_run_share_the_gpu_rule_and_the_field_parsers() -> None:
+    """`plan --gpus` has run's cap; --toleration and --node-selector are run's parsers, checks included."""
+    capped = run("plan", "--gpus", "100001", "--free", "a=1")
+    assert capped.exit_code == 2 and "beyond the sane cap of 100000 GPUs" in capped.stderr
+    key = run("inventory", "--cluster", CLUSTER, "--toleration", "bad!key:NoSchedule")
+    assert key.exit_code == 2 and "name 'bad!key' must be 1-63 characters" in key.stderr
+    label = run("inventory", "--cluster", CLUSTER, "--node-selector", "gpu-type=not a label")
+    assert label.exit_code == 2 and "label value 'not a label'" in label.stderr
+
+
 def test_malformed_cluster_file_names_the_file(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": "List", "items": [{"kind": "Node"')

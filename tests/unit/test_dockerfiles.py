@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import config, manifests, naming
+from distributetrain import jobspec, manifests, naming
+from distributetrain.planner import Entry
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = (REPO / "base-image" / "Dockerfile", REPO / "manager-image" / "Dockerfile")
@@ -243,8 +244,10 @@ def test_the_base_image_puts_files_where_the_manager_expects_them() -> None:
     assert (["base-image/entrypoint.sh"], naming.ENTRYPOINT_PATH) in base
     assert any("base-image/Train.py" in s and d.rstrip("/") == str(Path(naming.TRAIN_SCRIPT_PATH).parent)
                for s, d in base)
-    assert naming.ENTRYPOINT_PATH == manifests.ENTRYPOINT
-    assert config.DEFAULT_COMMAND[-1] == naming.TRAIN_SCRIPT_PATH
+    spec = jobspec.JobSpec(gpus=1, image="i")
+    chief = manifests.chief_pod(spec, entry=Entry("n", 1), owner=None)["spec"]["containers"][0]
+    assert chief["command"] == [naming.ENTRYPOINT_PATH]
+    assert chief["args"][-1] == naming.TRAIN_SCRIPT_PATH
     entry = [i.args for i in parse(DOCKERFILES[0]) if i.keyword == "ENTRYPOINT"]
     assert entry == [f'["{naming.ENTRYPOINT_PATH}"]']
     assert f"EXPOSE {naming.DEFAULT_SSH_PORT}" in DOCKERFILES[0].read_text()

@@ -1,29 +1,18 @@
-"""GPU inventory: accounting, every eligibility rule, --toleration/--node-selector syntax, cluster files."""
+"""GPU inventory: accounting, every eligibility rule, and the cluster files it reads."""
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from distributetrain.clusterfiles import parse_cluster_document, read_cluster_files
 from distributetrain.errors import InvalidInput, InvalidQuantity
-from distributetrain.inventory import (
-    NodeGpus,
-    Toleration,
-    default_tolerations,
-    free_gpus,
-    inventory,
-    parse_cluster_document,
-    parse_node_selector,
-    parse_toleration,
-    read_cluster_files,
-    tolerates,
-    topology,
-)
+from distributetrain.inventory import NodeGpus, free_gpus, inventory, topology
+from distributetrain.tolerations import Toleration, default_tolerations
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -296,132 +285,11 @@ def test_default_tolerations_follow_the_resource() -> None:
     assert row.eligible
 
 
-@dataclass(frozen=True)
-class OtherToleration:
-    """Shaped like config's toleration: None for "any"."""
-
-    key: str | None
-    operator: str
-    value: str | None = None
-    effect: str | None = None
-
-
-@pytest.mark.parametrize(
-    ("toleration", "taint", "expected"),
-    [
-        (OtherToleration(None, "Exists"), {"key": "x", "effect": "NoExecute"}, True),
-        (
-            OtherToleration("x", "Equal", "1", "NoSchedule"),
-            {"key": "x", "value": "1", "effect": "NoSchedule"},
-            True,
-        ),
-        (OtherToleration("x", "Equal", "1"), {"key": "x", "value": "2", "effect": "NoSchedule"}, False),
-        (OtherToleration("x", "Equal", None), {"key": "x", "effect": "NoSchedule"}, True),
-        (OtherToleration("x", "Equal", ""), {"key": "x", "value": "v", "effect": "NoSchedule"}, False),
-        (OtherToleration("y", "Exists"), {"key": "x", "effect": "NoSchedule"}, False),
-    ],
-)
-def test_tolerates_accepts_any_toleration_shape(
-    toleration: OtherToleration, taint: dict[str, str], expected: bool
-) -> None:
-    assert tolerates(toleration, taint) is expected
-
-
 def test_topology_of_eligible_labelled_nodes() -> None:
     rows = inventory(
         [node("n1", labels={"rack": "r1"}), node("n2"), node("n3", labels={"rack": "r2"}, cordoned=True)], []
     )
     assert topology(rows, "rack") == {"n1": "r1"}
-
-
-# ---- --toleration and --node-selector ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected", "pod_spec"),
-    [
-        (
-            "dedicated=ml:NoSchedule",
-            Toleration("dedicated", "Equal", "ml", "NoSchedule"),
-            {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
-        ),
-        (
-            "dedicated=ml",
-            Toleration("dedicated", "Equal", "ml"),
-            {"key": "dedicated", "operator": "Equal", "value": "ml"},
-        ),
-        (
-            "example.com/spot",
-            Toleration("example.com/spot", "Exists"),
-            {"key": "example.com/spot", "operator": "Exists"},
-        ),
-        (
-            "example.com/spot:noexecute",
-            Toleration("example.com/spot", "Exists", effect="NoExecute"),
-            {"key": "example.com/spot", "operator": "Exists", "effect": "NoExecute"},
-        ),
-        (
-            "empty=:PreferNoSchedule",
-            Toleration("empty", "Equal", "", "PreferNoSchedule"),
-            {"key": "empty", "operator": "Equal", "value": "", "effect": "PreferNoSchedule"},
-        ),
-        ("*", Toleration("", "Exists"), {"operator": "Exists"}),
-        (
-            "*:NoSchedule",
-            Toleration("", "Exists", effect="NoSchedule"),
-            {"operator": "Exists", "effect": "NoSchedule"},
-        ),
-    ],
-)
-def test_parse_toleration(text: str, expected: Toleration, pod_spec: dict[str, str]) -> None:
-    parsed = parse_toleration(text)
-    assert parsed == expected
-    assert parsed.to_dict() == pod_spec
-    assert parse_toleration(str(parsed)) == parsed
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", "the taint key is missing"),
-        ("=ml:NoSchedule", "the taint key is missing"),
-        ("dedicated:Exists", "effect 'Exists' is not one of NoSchedule, PreferNoSchedule, NoExecute"),
-        ("dedicated=ml:Never", "effect 'Never'"),
-        ("*=x", "cannot take a value"),
-        ("my key=1", "cannot contain spaces"),
-    ],
-)
-def test_parse_toleration_errors(text: str, message: str) -> None:
-    with pytest.raises(InvalidInput, match=message) as caught:
-        parse_toleration(text)
-    assert f"--toleration {text!r}" in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("items", "expected"),
-    [
-        ([], {}),
-        (["gpu-type=a100"], {"gpu-type": "a100"}),
-        (["gpu-type=a100", "zone=a"], {"gpu-type": "a100", "zone": "a"}),
-        (["gpu-type=a100,zone=a"], {"gpu-type": "a100", "zone": "a"}),
-        (["empty="], {"empty": ""}),
-    ],
-)
-def test_parse_node_selector(items: list[str], expected: dict[str, str]) -> None:
-    assert parse_node_selector(items) == expected
-
-
-@pytest.mark.parametrize(
-    ("items", "message"),
-    [
-        (["gpu-type"], "'gpu-type' is not KEY=VALUE"),
-        (["=a100"], "is not KEY=VALUE"),
-        (["zone=a", "zone=b"], "zone is given twice"),
-    ],
-)
-def test_parse_node_selector_errors(items: list[str], message: str) -> None:
-    with pytest.raises(InvalidInput, match=message):
-        parse_node_selector(items)
 
 
 # ---- cluster files -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 from distributetrain import joblog
 from distributetrain.hostfile import HostSlots
 from distributetrain.inventory import NodeGpus
-from distributetrain.supervisor import Reporter
+from distributetrain.joblog import Reporter
 
 
 def row(node: str, allocatable: int, requested: int, reason: str | None = None) -> NodeGpus:

@@ -12,7 +12,9 @@ import pytest
 from distributetrain import hostfile, launcher, manifests, naming, sshkeys
 from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
+from distributetrain.jobspec import JobSpec
 from distributetrain.launcher import Failure
+from distributetrain.planner import Entry
 
 WORKERS = (HostSlots("10.244.1.7", 5), HostSlots("10.244.2.3", 2))
 
@@ -152,11 +154,15 @@ def test_a_non_integer_environment_value_is_named() -> None:
 
 
 def test_the_launcher_reads_what_the_chief_pod_sets() -> None:
-    assert (naming.ENTRYPOINT_PATH, naming.ENTRYPOINT_WORKER, naming.ENTRYPOINT_LAUNCHER) == (
-        manifests.ENTRYPOINT, manifests.WORKER_MODE, manifests.LAUNCHER_MODE)
+    spec = JobSpec.from_sources({"gpus": "6", "image": "i", "network_interface": "eth0"}, {})
+    chief = manifests.chief_pod(spec, entry=Entry("n", 1), owner=None)["spec"]["containers"][0]
+    assert chief["command"] == [naming.ENTRYPOINT_PATH] and chief["args"][0] == naming.ENTRYPOINT_LAUNCHER
+    set_by_the_pod = {env["name"] for env in chief["env"]}
     for name in ("ENV_SSH_PORT", "ENV_SSH_DIR", "ENV_HOSTFILE", "ENV_NUM_PROCESSES", "ENV_SLOTS",
                  "ENV_POD_IP", "ENV_NETWORK_INTERFACE", "ENV_TRANSPORT", "ENV_SSH_TIMEOUT"):
-        assert getattr(naming, name) == getattr(manifests, name), name
+        assert getattr(naming, name) in set_by_the_pod, name
+    worker = manifests.worker_pod(spec, index=0, entry=Entry("n", 5), owner=None)["spec"]["containers"][0]
+    assert worker["args"] == [naming.ENTRYPOINT_WORKER]
 
 
 def _closed_port() -> int:

@@ -10,8 +10,8 @@ import kubernetes_validate
 import pytest
 
 from distributetrain import manifests, sshkeys
-from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.hostfile import HostSlots
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.planner import Entry
 
 IMAGE = "distributetrain/base:0.1.0"

@@ -51,3 +51,12 @@ def test_ready_and_terminated() -> None:
     assert podstatus.is_terminated(done) and not podstatus.is_ready(done)
     assert podstatus.exit_code(done, "launcher") == 0 and podstatus.exit_code(ready) is None
     assert podstatus.gpus(ready) == 5 and podstatus.planned_node(ready) == "node-1"
+
+
+def test_what_a_chief_pod_says_about_its_job() -> None:
+    chief = {"spec": {"activeDeadlineSeconds": 90, "containers": [
+        {"name": "launcher", "env": [{"name": "DT_NUM_PROCESSES", "value": "6"}]}]}}
+    assert podstatus.expected_processes(chief) == 6
+    assert podstatus.active_deadline(chief) == 90.0
+    assert podstatus.expected_processes({"spec": {"containers": [{"name": "launcher"}]}}) is None
+    assert podstatus.active_deadline({"spec": {}}) is None

@@ -12,17 +12,9 @@ from typing import Any
 import click
 
 from distributetrain import __version__
-from distributetrain.errors import DistributeTrainError
+from distributetrain.errors import EXIT_CODES, DistributeTrainError
 
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0    success                     2   bad usage or input (nothing created)
-  3    cannot be placed            70  a worker failed
-  71   workers not Ready in time   72  Kubernetes API refused or failed
-  73   worker sshd unreachable     74  active deadline passed
-  75   chief pod lost              130/143  interrupted (cleaned up first)
-  other non-zero: the training's own exit code, passed through from the chief
-"""
+EXIT_CODES_HELP = "\b\nExit codes:\n" + "\n".join(f"  {code:<9} {meaning}" for code, meaning in EXIT_CODES)
 
 
 class _Group(click.Group):

@@ -1,8 +1,9 @@
 """`distributetrain run | launch | wait | status | logs | delete`: a training job on the live cluster.
 
-`run` is what the manager pod runs (`distributetrain-manager`): PreTraining (`launch`) then PostTraining
-(`wait`). Every option falls back to an environment variable (DT_ + its name, e.g. DT_GPUS), which is how
-manifests/DistributeTrain_Manager.yaml passes the request.
+`run` is what `distributetrain-manager` runs: PreTraining (`launch`) then PostTraining (`wait`) in one
+process. Every option falls back to an environment variable (DT_ + its name, e.g. DT_GPUS), which is how
+manifests/DistributeTrain_Manager.yaml passes the request. The manager image's Manager.sh runs the two phases
+as two processes instead: `launch --quiet`, then the hidden `posttraining`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 import click
 
 from distributetrain import naming, podstatus
-from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity
 from distributetrain.errors import InvalidInput
+from distributetrain.fieldparsers import PULL_POLICIES, parse_bool
+from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name
 from distributetrain.planner import POLICIES
 
 F = Callable[..., Any]
@@ -53,7 +55,7 @@ def _request_options(command: F) -> F:
         _opt("-n", "--namespace", metavar="NS", env="DT_NAMESPACE", default="default",
              help="Where the job's objects go."),
         _opt("--command", "command_text", metavar="'CMD ARGS'", env="DT_COMMAND",
-             default=" ".join(DEFAULT_COMMAND), help="What every rank runs; or give it after --."),
+             default=" ".join(naming.DEFAULT_COMMAND), help="What every rank runs; or give it after --."),
         _opt("--resource", metavar="R", env="DT_RESOURCE", default=naming.DEFAULT_RESOURCE,
              help="The extended resource counted as GPUs."),
         _opt("--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
@@ -87,13 +89,13 @@ def _request_options(command: F) -> F:
              help="Where the claim is mounted."),
         _opt("--network-interface", metavar="IF", env="DT_NETWORK_INTERFACE",
              help="Horovod's interface between pods, e.g. eth0."),
-        _opt("--transport", type=click.Choice(["gloo", "mpi"]), env="DT_TRANSPORT", default="gloo",
-             help="Horovod controller."),
+        _opt("--transport", type=click.Choice(naming.TRANSPORTS), env="DT_TRANSPORT",
+             default=naming.TRANSPORTS[0], help="Horovod controller."),
         _opt("--network-policy/--no-network-policy", env="DT_NETWORK_POLICY", default="on",
              help="Admit traffic to job pods only from job pods."),
         _opt("--service-account", metavar="SA", env="DT_SERVICE_ACCOUNT",
              help="ServiceAccount of job pods (default: no API token mounted)."),
-        _opt("--image-pull-policy", type=click.Choice(["Always", "IfNotPresent", "Never"]),
+        _opt("--image-pull-policy", type=click.Choice(PULL_POLICIES),
              env="DT_IMAGE_PULL_POLICY", help="Image pull policy of job pods."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
@@ -126,14 +128,19 @@ def _kube(kubeconfig: str | None, context: str | None) -> Any:
     return Kube.connect(kubeconfig=kubeconfig, context=context)
 
 
+def _started_at() -> float | None:
+    """When the manager started (epoch seconds), if before this process: Manager.sh sets it, so that the
+    active deadline spans both phases."""
+    started = os.environ.get("DT_MANAGER_STARTED_AT", "")
+    return float(started) if started.replace(".", "", 1).isdigit() else None
+
+
 def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
     from distributetrain.orchestrator import Orchestrator
 
-    started = os.environ.get("DT_MANAGER_STARTED_AT", "")  # set by Manager.sh: the deadline spans both phases
     return Orchestrator(_kube(params["kubeconfig"], params["context"]), spec,
-                        owner=ManagerIdentity.from_env(os.environ),
-                        started_at=float(started) if started.replace(".", "", 1).isdigit() else None)
+                        owner=ManagerIdentity.from_env(os.environ), started_at=_started_at())
 
 
 @click.command("run", epilog=_FLOW, context_settings={"ignore_unknown_options": False})
@@ -158,16 +165,36 @@ def launch_command(quiet: bool, **params: Any) -> None:
 
     Follow it with `distributetrain wait JOB`. On any failure everything created is deleted.
     """
-    launched = _orchestrator(params).launch_only()
+    started = _orchestrator(params).run_pretraining()
     if not quiet:
-        click.echo(launched.job)  # for scripts: JOB=$(distributetrain launch ...)
+        click.echo(started.job)  # for scripts: JOB=$(distributetrain launch ...)
 
 
-@click.command("supervise", hidden=True)
-@_request_options
-def supervise_command(**params: Any) -> None:
-    """PostTraining for the request given as to `launch` (DistributeTrain_PostTraining.py)."""
-    sys.exit(_orchestrator(params).supervise_guarded())
+@click.command("posttraining", hidden=True,
+               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.option("--job-name")
+@click.option("-n", "--namespace")
+@click.option("--keep-chief/--no-keep-chief", default=None)
+@_connection_options
+def posttraining_command(job_name: str | None, namespace: str | None, keep_chief: bool | None,
+                         kubeconfig: str | None, context: str | None) -> None:
+    """PostTraining in a process of its own (DistributeTrain_PostTraining.py): given the same request as
+    PreTraining, it reads only the job's name, namespace and keep-chief from it (arguments, else DT_*
+    variables, else their defaults) and the manager's start time (DT_MANAGER_STARTED_AT); the rest of the
+    request was PreTraining's to validate and act on."""
+    from distributetrain.posttraining import run_posttraining
+
+    if keep_chief is None:
+        try:
+            keep_chief = parse_bool(os.environ.get(env_name("keep_chief"), "true"))
+        except ValueError as err:
+            raise InvalidInput(f"keep_chief ({env_name('keep_chief')}): {err}") from None
+    code = run_posttraining(
+        _kube(kubeconfig, context),
+        job=_job_name(job_name or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME),
+        namespace=namespace or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE,
+        keep_chief=keep_chief, started_at=_started_at())
+    sys.exit(code)
 
 
 def _job_options(command: F) -> F:
@@ -194,17 +221,17 @@ def _job_name(job: str | None) -> str:
 def wait_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None,
                  keep_chief: bool) -> None:
     """PostTraining: stream JOB's chief log until it ends, clean up, exit with its exit code."""
-    from distributetrain.orchestrator import wait_job
+    from distributetrain.posttraining import run_posttraining
 
-    sys.exit(wait_job(_kube(kubeconfig, context), job=_job_name(job), namespace=namespace,
-                      keep_chief=keep_chief))
+    sys.exit(run_posttraining(_kube(kubeconfig, context), job=_job_name(job), namespace=namespace,
+                              keep_chief=keep_chief, started_at=None))
 
 
 @click.command("status")
 @_job_options
 def status_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Show JOB's pods (role, node, GPUs, phase, readiness, why) and its other objects."""
-    from distributetrain.supervisor import JOB_KINDS
+    from distributetrain.cleanup import JOB_KINDS
 
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
@@ -238,18 +265,16 @@ def status_command(job: str | None, namespace: str, kubeconfig: str | None, cont
 def logs_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None,
                  follow: bool, tail: int | None) -> None:
     """Print JOB's chief log (the training's output; the chief is kept after the job for this)."""
-    from distributetrain.manifests import CHIEF_CONTAINER
-
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
     chief = naming.chief_name(name)
     if kube.get("pods", namespace, chief) is None:
         raise InvalidInput(f"JOB: job {name} has no chief pod {chief} in namespace {namespace}")
     if follow:
-        for line in kube.follow_log(namespace, chief, CHIEF_CONTAINER):
+        for line in kube.follow_log(namespace, chief, naming.CHIEF_CONTAINER):
             click.echo(line.decode("utf-8", "replace"))
     else:
-        sys.stdout.write(kube.read_log(namespace, chief, CHIEF_CONTAINER, tail_lines=tail)
+        sys.stdout.write(kube.read_log(namespace, chief, naming.CHIEF_CONTAINER, tail_lines=tail)
                          .decode("utf-8", "replace"))
 
 
@@ -258,7 +283,8 @@ def logs_command(job: str | None, namespace: str, kubeconfig: str | None, contex
 def delete_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Delete every object of JOB (found by its labels only), the chief included; wait until its pods are
     gone, so their GPUs are free."""
-    from distributetrain.supervisor import Reporter, delete_job
+    from distributetrain.cleanup import delete_job
+    from distributetrain.joblog import Reporter
 
     name = _job_name(job)
     count = delete_job(_kube(kubeconfig, context), job=name, namespace=namespace, keep_chief=False,
@@ -268,6 +294,6 @@ def delete_command(job: str | None, namespace: str, kubeconfig: str | None, cont
 
 def register(group: click.Group) -> None:
     """Add this module's commands to the `distributetrain` group."""
-    for command in (run_command, launch_command, supervise_command, wait_command, status_command,
+    for command in (run_command, launch_command, posttraining_command, wait_command, status_command,
                     logs_command, delete_command):
         group.add_command(command)

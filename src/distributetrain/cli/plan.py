@@ -9,10 +9,13 @@ from typing import Any
 import click
 
 from distributetrain import inventory as inv
+from distributetrain.clusterfiles import read_cluster_files
 from distributetrain.errors import CannotPlace, InvalidInput
+from distributetrain.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
 from distributetrain.naming import DEFAULT_RESOURCE
 from distributetrain.planner import POLICIES, InsufficientGpus, Plan, plan
 from distributetrain.quantity import parse_count
+from distributetrain.tolerations import job_tolerations, parse_tolerations
 
 _EXCLUDED_SHOWN = 10
 
@@ -54,14 +57,28 @@ def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], 
 def _rows(cluster_files: Sequence[str], resource: str, tolerations: Sequence[str],
           node_selectors: Sequence[str], kubeconfig: str | None,
           context: str | None) -> tuple[inv.NodeGpus, ...]:
-    extra = [inv.parse_toleration(text) for text in tolerations]
-    selector = inv.parse_node_selector(node_selectors)
+    extra = parse_tolerations(list(tolerations))
+    selector = parse_node_selector(list(node_selectors))
     if cluster_files:
-        nodes, pods = inv.read_cluster_files(paths=cluster_files)
+        nodes, pods = read_cluster_files(paths=cluster_files)
     else:
         nodes, pods = _read_live(kubeconfig, context)
-    return inv.inventory(nodes, pods, resource=resource,
-                         tolerations=[*inv.default_tolerations(resource), *extra], node_selector=selector)
+    return inv.inventory(nodes, pods, resource=resource, tolerations=job_tolerations(resource, extra),
+                         node_selector=selector)
+
+
+class _GpuCount(click.IntRange):
+    """`--gpus`: a whole number (click's parsing and messages), then the request's one rule (check_gpus)."""
+
+    def __init__(self) -> None:
+        super().__init__(min=MIN_GPUS)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        count = super().convert(value, param, ctx)
+        try:
+            return check_gpus(count)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -169,7 +186,7 @@ Policies:
   optimal        fewest topology domains, then fewest nodes, then the biggest free blocks left (default)
   largest-first  the original design: take the largest free counts first, the last one partially
 """)
-@click.option("--gpus", required=True, type=click.IntRange(min=1), metavar="N",
+@click.option("--gpus", required=True, type=_GpuCount(), metavar="N",
               help="GPUs to place (N >= 1).")
 @click.option("--free", "free_items", multiple=True, metavar="NODE=COUNT,...",
               help="Free GPUs per eligible node, instead of reading a cluster (e.g. a=5,b=3,c=2).")

@@ -1,60 +1,44 @@
-"""PostTraining: follow the chief's log, watch the chief and the workers, end the job cleanly; and the one
-cleanup every path uses, which only ever touches objects carrying the job's labels."""
+"""PostTraining: follow the chief's log into the manager's, watch the chief and the workers, and when the
+chief ends, release the workers (cleanup.delete_job) and return its exit code.
+
+`supervise` is the phase; `run_posttraining` runs it on its own, under the cleanup guard, for a job started
+by another process (DistributeTrain_PostTraining.py, `distributetrain wait`). It needs only the job's name and
+namespace, whether to keep the chief, and when the manager started: the rest (the workers, the processes the
+chief runs, the active deadline) it reads from the job's pods.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 import signal
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TextIO
 
-from distributetrain import joblog, naming, podstatus
-from distributetrain.errors import ApiError, ChiefLost, DeadlineExceeded, ScheduleTimeout, WorkerFailed
-from distributetrain.k8s import Forbidden, Kube, NotFound
-from distributetrain.manifests import CHIEF_CONTAINER, ENV_NUM_PROCESSES
+from distributetrain import cleanup, joblog, naming, podstatus
+from distributetrain.errors import (
+    ApiError,
+    ChiefLost,
+    DeadlineExceeded,
+    Forbidden,
+    NotFound,
+    ScheduleTimeout,
+    WorkerFailed,
+)
+from distributetrain.joblog import Reporter
+from distributetrain.k8s import Kube
 from distributetrain.watching import Snapshot, Watched
 
 log = logging.getLogger(__name__)
 
-# What a job may own, in the order cleanup deletes them: pods first, so GPUs are released soonest.
-JOB_KINDS = ("pods", "networkpolicies", "configmaps", "secrets")
 # a chief that ended for one of these reasons did not run to the end of training: the pod was lost
 LOST_REASONS = frozenset({"NodeLost", "Evicted", "Shutdown", "Terminated", "UnexpectedAdmissionError"})
-CLEANUP_WAIT = 90.0
+# how long the chief of a job started elsewhere may take to start (JobSpec's schedule timeout default)
+CHIEF_START_TIMEOUT = 300.0
 # the launcher's own words when a rank fails (launcher.run): "rank N on HOST exited with CODE"
 RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
-
-
-class Reporter:
-    """The manager's own log: what it decides and why, one timestamped line each; and the chief's lines,
-    passed through unchanged. Tests subclass it to act at a given moment (e.g. right after a plan)."""
-
-    def __init__(self, stream: TextIO | None = None, chief_stream: TextIO | None = None) -> None:
-        self.stream = stream
-        self.chief_stream = chief_stream
-        self._lock = threading.Lock()
-
-    def say(self, message: str) -> None:
-        now = time.time()  # milliseconds: the phases of a job's start-up take fractions of a second
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
-        with self._lock:
-            out = self.stream or sys.stderr
-            out.write(f"{stamp} distributetrain: {message}\n")
-            out.flush()
-
-    def chief_line(self, line: bytes) -> None:
-        with self._lock:
-            out = self.chief_stream or sys.stdout
-            out.write(line.decode("utf-8", "replace") + "\n")
-            out.flush()
-
-    def planned(self, plan: object, attempt: int) -> None:
-        """Called after each plan, before anything of it is created."""
 
 
 class LogFollower(threading.Thread):
@@ -78,7 +62,7 @@ class LogFollower(threading.Thread):
                 return
         while not self.stop.is_set():
             try:
-                stream = self.kube.follow_log(self.namespace, self.pod, CHIEF_CONTAINER)
+                stream = self.kube.follow_log(self.namespace, self.pod, naming.CHIEF_CONTAINER)
                 for number, line in enumerate(stream):
                     if number >= self.lines:
                         self.sink(line)
@@ -96,24 +80,40 @@ class LogFollower(threading.Thread):
             self.stop.wait(0.5)
 
 
+def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, started_at: float | None,
+                     reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic) -> int:
+    """PostTraining in a process of its own, under the cleanup guard: supervise the job named `job`, reading
+    its workers from the cluster. `started_at` (epoch seconds): when the manager started; the active
+    deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only)."""
+    reporter = reporter or Reporter()
+    with cleanup.guard(kube, job=job, namespace=namespace, reporter=reporter):
+        return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter,
+                         started_at=started_at, clock=clock)
+
+
 def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter,
               workers: Sequence[str] | None = None, deadline: float | None = None,
-              schedule_timeout: float = 300.0, clock: Callable[[], float] = time.monotonic) -> int:
+              started_at: float | None = None, schedule_timeout: float = CHIEF_START_TIMEOUT,
+              clock: Callable[[], float] = time.monotonic) -> int:
     """Watch the job until the chief ends; return its exit code after deleting everything but the chief
     (and the chief too unless `keep_chief`). Raise WorkerFailed, ChiefLost, ScheduleTimeout or
-    DeadlineExceeded at once when those happen (the caller cleans up). `workers`: the worker pods launch
-    created; None (a job launched by another process) reads them from the cluster and checks that their GPUs
-    and the chief's add up to the chief's process count."""
+    DeadlineExceeded at once when those happen (the caller's guard cleans up). `workers`: the worker pods
+    PreTraining created; None (a job started by another process) reads them from the cluster and checks that
+    their GPUs and the chief's add up to the chief's process count. `deadline` (monotonic): when the active
+    deadline passes; without it, `started_at` and the chief's activeDeadlineSeconds give it."""
     chief_name = naming.chief_name(job)
     watched = Watched(kube, "pods", namespace, naming.job_selector(job))
     first = watched.relist()
     if chief_name not in first:
         raise ChiefLost(f"job {job} in namespace {namespace} has no chief pod {chief_name}; nothing to wait "
                         f"for (see: distributetrain status {job})")
+    seconds = podstatus.active_deadline(first[chief_name])
+    if deadline is None and started_at is not None and seconds is not None:
+        deadline = clock() - max(0.0, time.time() - started_at) + seconds
     if workers is None:
         workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
         held = sum(podstatus.gpus(first[n]) for n in [*workers, chief_name])
-        expected = expected_processes(first[chief_name])
+        expected = podstatus.expected_processes(first[chief_name])
         if expected is not None and held < expected:
             present = ", ".join(workers) or "none"
             raise WorkerFailed(f"job {job}: its pods hold {held} GPU(s) but the chief runs {expected} "
@@ -150,7 +150,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     blamed = failed_rank(follower.tail, watched.objects) if code else None
     reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
                  + "; releasing the workers")
-    delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
+    cleanup.delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
 
 
@@ -170,15 +170,6 @@ def failed_rank(lines: Iterable[bytes], pods: Mapping[str, podstatus.Pod]) -> st
     return None
 
 
-def expected_processes(chief: podstatus.Pod) -> int | None:
-    """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
-    for container in (chief.get("spec") or {}).get("containers") or []:
-        for env in container.get("env") or []:
-            if env.get("name") == ENV_NUM_PROCESSES and str(env.get("value", "")).isdigit():
-                return int(env["value"])
-    return None
-
-
 def _earliest(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
@@ -193,7 +184,7 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
         raise ChiefLost(f"the chief pod {chief_name} was deleted while the job ran")
     status = chief.get("status") or {}
     if podstatus.is_terminated(chief):
-        code = podstatus.exit_code(chief, CHIEF_CONTAINER)
+        code = podstatus.exit_code(chief, naming.CHIEF_CONTAINER)
         if status.get("reason") == "DeadlineExceeded":
             raise DeadlineExceeded(f"the chief's active deadline passed: {podstatus.describe(chief)}")
         if code is None or status.get("reason") in LOST_REASONS:
@@ -211,37 +202,3 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
     if podstatus.phase(chief) == "Running":
         follower.started.set()
     return None
-
-
-def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter | None = None,
-               wait: float = CLEANUP_WAIT, clock: Callable[[], float] = time.monotonic) -> int:
-    """Delete every object with the job's labels (the chief too unless `keep_chief`) and wait until its pods
-    are gone, so their GPUs are free when this returns. Returns how many objects were deleted."""
-    selector = naming.job_selector(job)
-    chief_name = naming.chief_name(job)
-    deleted = 0
-    for kind in JOB_KINDS:
-        items, _ = kube.list(kind, namespace, label_selector=selector)
-        for item in items:
-            meta = item.get("metadata") or {}
-            if kind == "pods" and keep_chief and meta.get("name") == chief_name:
-                continue
-            if kube.delete(kind, namespace, str(meta.get("name")), uid=meta.get("uid")):
-                deleted += 1
-    watched = Watched(kube, "pods", namespace, selector)
-    until = clock() + wait
-    for snapshot in watched.changes(deadline=until):
-        left = [n for n in snapshot if not (keep_chief and n == chief_name)]
-        if not left:
-            break
-    else:
-        left = [n for n in watched.objects if not (keep_chief and n == chief_name)]
-        if left:
-            message = f"job {job}: pods {', '.join(sorted(left))} were deleted but still terminate"
-            if reporter:
-                reporter.say(message)
-            log.warning(message)
-    if reporter and deleted:
-        kept = f"; kept {chief_name} for its log" if keep_chief else ""
-        reporter.say(f"deleted {deleted} object(s) of job {job}{kept}")
-    return deleted

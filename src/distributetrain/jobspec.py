@@ -13,9 +13,8 @@ from typing import Any
 
 from distributetrain import naming
 from distributetrain.errors import InvalidInput
-from distributetrain.inputs import (
+from distributetrain.fieldparsers import (
     PULL_POLICIES,
-    TRANSPORTS,
     Parser,
     optional,
     parse_bool,
@@ -34,16 +33,11 @@ from distributetrain.inputs import (
     parse_positive_duration,
     parse_resource,
     parse_subdomain_name,
-    parse_tolerations,
 )
-from distributetrain.inventory import Toleration, default_tolerations
 from distributetrain.planner import POLICIES
-
-__all__ = ["JobSpec", "ManagerIdentity", "Toleration", "env_name"]
+from distributetrain.tolerations import Toleration, job_tolerations, parse_tolerations
 
 PLACEMENT_POLICIES = tuple(POLICIES)
-# What the chief runs when no command is given: the base image's Horovod training script.
-DEFAULT_COMMAND = ("python3", naming.TRAIN_SCRIPT_PATH)
 DEFAULT_MOUNT_PATH = "/workspace"
 
 # Environment variables: one per field, `DT_` + the field name in capitals.
@@ -78,12 +72,12 @@ class JobSpec:
     """How many GPUs (= Horovod processes) in total, over every pod. Env DT_GPUS. Required."""
     image: str
     """The base training image of every job pod (sshd in workers, the launcher in the chief). Env DT_IMAGE."""
-    job_name: str = "distributetrain"
+    job_name: str = naming.DEFAULT_JOB_NAME
     """Names and labels every object of the job; a manager restarted with the same name adopts or cleans up
     the old objects. Lower-case DNS label of at most naming.JOB_NAME_MAX characters. Env DT_JOB_NAME."""
     namespace: str = naming.DEFAULT_NAMESPACE
     """Where the job's pods, Secret, ConfigMap and NetworkPolicy live. Env DT_NAMESPACE."""
-    command: tuple[str, ...] = DEFAULT_COMMAND
+    command: tuple[str, ...] = naming.DEFAULT_COMMAND
     """What horovodrun starts on every rank. Env DT_COMMAND: a shell-quoted string or a JSON list."""
     resource: str = naming.DEFAULT_RESOURCE
     """The extended resource counted as GPUs (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb...).
@@ -124,7 +118,7 @@ class JobSpec:
     """Where the claim is mounted. Env DT_MOUNT_PATH."""
     network_interface: str | None = None
     """The interface Horovod uses between pods (e.g. eth0); None: Horovod picks. Env DT_NETWORK_INTERFACE."""
-    transport: str = "gloo"
+    transport: str = naming.TRANSPORTS[0]
     """Horovod's controller: gloo or mpi. Env DT_TRANSPORT."""
     network_policy: bool = True
     """Create a NetworkPolicy that admits traffic to job pods only from job pods. Env DT_NETWORK_POLICY."""
@@ -138,10 +132,8 @@ class JobSpec:
         return dict(self.node_selector)
 
     def all_tolerations(self) -> tuple[Toleration, ...]:
-        """What job pods tolerate: the GPU resource's own taints (inventory.default_tolerations), then the
-        user's."""
-        own = default_tolerations(self.resource)
-        return (*own, *[t for t in self.tolerations if t not in own])
+        """What job pods tolerate: the GPU resource's own taints, then the user's (tolerations.py)."""
+        return job_tolerations(self.resource, self.tolerations)
 
     @staticmethod
     def from_sources(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
@@ -164,14 +156,15 @@ def option_name(field_name: str) -> str:
 _PARSERS: dict[str, Parser] = {
     "gpus": parse_gpus, "image": parse_image, "job_name": parse_job_name, "namespace": parse_namespace,
     "command": parse_command, "resource": parse_resource, "tolerations": parse_tolerations,
-    "node_selector": parse_node_selector, "topology_key": optional(parse_label_key),
+    "node_selector": lambda value: tuple(sorted(parse_node_selector(value).items())),
+    "topology_key": optional(parse_label_key),
     "placement_policy": parse_choice(PLACEMENT_POLICIES), "ssh_port": parse_int_range(1, 65535),
     "schedule_timeout": parse_positive_duration, "retries": parse_int_range(0, 100),
     "backoff": parse_duration,
     "ssh_timeout": parse_duration, "active_deadline": optional(parse_positive_duration),
     "wait_for_gpus": parse_duration,
     "keep_chief": parse_bool, "volume_claim": optional(parse_subdomain_name), "mount_path": parse_mount_path,
-    "network_interface": optional(parse_interface), "transport": parse_choice(TRANSPORTS),
+    "network_interface": optional(parse_interface), "transport": parse_choice(naming.TRANSPORTS),
     "network_policy": parse_bool, "service_account": optional(parse_subdomain_name),
     "image_pull_policy": optional(parse_choice(PULL_POLICIES)),
 }
@@ -192,7 +185,7 @@ def _build(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
             continue
         try:
             values[name] = _PARSERS[name](raw)
-        except ValueError as err:
+        except (ValueError, InvalidInput) as err:
             problems.append(f"{name} ({where}): {err}")
     if values.get("volume_claim") is None and "mount_path" in values and (
             args.get("mount_path") is not None or env_name("mount_path") in env):

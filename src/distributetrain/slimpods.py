@@ -1,9 +1,11 @@
-"""Decode a PodList keeping only the fields GPU accounting reads; the rest is skipped, never built.
+"""The slim pod decoder: a PodList page with only the fields GPU accounting reads; the rest is skipped,
+never built.
 
 At 150,000 pods (~2 KB of JSON each) decoding every field into dicts costs seconds and over a GiB; the
 inventory needs a few dozen bytes of each pod. msgspec decodes straight into these TypedDicts (plain dicts,
-so inventory.py and resources.py read them as they read full objects) and skips unknown fields while parsing.
-Keep this schema in step with what resources.pod_requests, resources.holds_resources and inventory.py read.
+so inventory.py and podrequests.py read them as they read full objects) and skips unknown fields while
+parsing. Keep this schema in step with what podrequests.pod_requests, podrequests.holds_resources and
+inventory.py read.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from distributetrain.config import DEFAULT_COMMAND, JobSpec, ManagerIdentity, env_name, option_name
 from distributetrain.errors import EXIT_USAGE, InvalidInput
-from distributetrain.inputs import MAX_GPUS, parse_duration
-from distributetrain.inventory import Toleration
+from distributetrain.fieldparsers import MAX_GPUS, parse_duration
+from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name, option_name
+from distributetrain.naming import DEFAULT_COMMAND
+from distributetrain.tolerations import Toleration
 
 IMAGE = "registry.example.com/team/train:1.0"
 

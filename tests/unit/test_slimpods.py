@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 
 from distributetrain import inventory
-from distributetrain.podfields import decode_pod_list
-from distributetrain.resources import pod_requests
+from distributetrain.podrequests import pod_requests
+from distributetrain.slimpods import decode_pod_list
 
 CLUSTER = Path(__file__).resolve().parents[1] / "data" / "cluster.json"
 

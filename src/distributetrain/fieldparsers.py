@@ -1,7 +1,8 @@
-"""Parsers of a job request's fields, used by config.
+"""Parsers of a job request's fields, used by jobspec.py (and by the `plan` and `inventory` commands for the
+fields they share with it: --gpus, --node-selector; --toleration is tolerations.py's).
 
 Each takes a raw value (an argument or an environment string) and returns the typed value, or raises
-ValueError saying what is wrong and what a good value looks like."""
+ValueError or InvalidInput saying what is wrong and what a good value looks like."""
 
 from __future__ import annotations
 
@@ -13,13 +14,11 @@ from typing import Any
 
 from distributetrain import naming
 from distributetrain.errors import InvalidInput
-from distributetrain.inventory import EFFECTS as TAINT_EFFECTS
-from distributetrain.inventory import Toleration, parse_toleration
-from distributetrain.inventory import parse_node_selector as _inventory_node_selector
+from distributetrain.naming import check_label_value, check_qualified_name, is_subdomain
 
+MIN_GPUS = 1
 # The largest GPU clusters in service hold about 100,000 GPUs; a request above that is a typo, not a plan.
 MAX_GPUS = 100_000
-TRANSPORTS = ("gloo", "mpi")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 
 
@@ -89,8 +88,6 @@ def parse_command(value: Any) -> tuple[str, ...]:
     return tuple(words)
 
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 # The distribution reference grammar (docker/distribution reference/regexp.go), anchored.
 _IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -100,35 +97,18 @@ _IMAGE = re.compile(rf"^(?:{_IMAGE_DOMAIN}/)?{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPO
                     r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
 
 
-def is_subdomain(value: str) -> bool:
-    return 0 < len(value) <= 253 and bool(_SUBDOMAIN.match(value))
-
-
-def check_qualified_name(value: str, *, prefix_required: bool = False) -> None:
-    """A label key or resource name: [PREFIX/]NAME, PREFIX a DNS subdomain, NAME at most 63 characters."""
-    prefix, slash, name = value.rpartition("/")
-    if slash and not is_subdomain(prefix):
-        raise ValueError(f"{value!r}: prefix {prefix!r} is not a lower-case DNS subdomain")
-    if prefix_required and not slash:
-        raise ValueError(f"{value!r} needs a domain prefix, like nvidia.com/gpu")
-    if not (0 < len(name) <= 63 and _NAME_PART.match(name)):
-        raise ValueError(f"{value!r}: name {name!r} must be 1-63 characters of [A-Za-z0-9-_.], "
-                         "starting and ending with a letter or digit")
-
-
-def check_label_value(value: str) -> None:
-    if value and not (len(value) <= 63 and _NAME_PART.match(value)):
-        raise ValueError(f"label value {value!r} must be at most 63 characters of [A-Za-z0-9-_.], "
-                         "starting and ending with a letter or digit")
-
-
 def parse_gpus(value: Any) -> int:
+    """A GPU count: a whole number from MIN_GPUS to MAX_GPUS (check_gpus)."""
     text = str(value).strip()
     if isinstance(value, bool) or not re.fullmatch(r"\+?\d+", text):
         raise ValueError(f"{value!r} is not a whole number of GPUs")
-    count = int(text)
-    if count < 1:
-        raise ValueError(f"{value!r}: at least 1 GPU is needed")
+    return check_gpus(int(text), given=value)
+
+
+def check_gpus(count: int, *, given: Any = None) -> int:
+    """The one rule of a GPU request, whoever parsed the number (`plan --gpus` lets click do that)."""
+    if count < MIN_GPUS:
+        raise ValueError(f"{count if given is None else given!r}: at least 1 GPU is needed")
     if count > MAX_GPUS:
         raise ValueError(f"{count} is beyond the sane cap of {MAX_GPUS} GPUs (more than the largest clusters "
                          "hold); check for a typo")
@@ -186,72 +166,29 @@ def parse_resource(value: Any) -> str:
     return text
 
 
-def _toleration_from_dict(item: Any) -> Toleration:
-    if not isinstance(item, dict) or set(item) - {"key", "operator", "value", "effect"}:
-        raise ValueError(f"{item!r} must be an object with key, operator, value, effect")
-    operator = item.get("operator", "Equal")
-    key, value = str(item.get("key") or ""), str(item.get("value") or "")
-    effect = str(item.get("effect") or "")
-    if operator not in ("Equal", "Exists"):
-        raise ValueError(f"{item!r}: operator must be Equal or Exists")
-    if effect and effect not in TAINT_EFFECTS:
-        raise ValueError(f"{item!r}: effect {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
-    if not key and operator != "Exists":
-        raise ValueError(f"{item!r}: an empty key needs operator Exists")
-    if operator == "Exists" and value:
-        raise ValueError(f"{item!r}: operator Exists takes no value")
-    return Toleration(key=key, operator=operator, value=value, effect=effect)
-
-
-def _check_toleration(toleration: Toleration) -> Toleration:
-    if toleration.key:
-        check_qualified_name(toleration.key)
-    check_label_value(toleration.value)
-    return toleration
-
-
-def parse_tolerations(value: Any) -> tuple[Toleration, ...]:
-    """Comma-separated KEY[=VALUE][:EFFECT] (inventory.TOLERATION_SYNTAX), or a JSON list of tolerations."""
-    if isinstance(value, list | tuple):
-        items: list[Any] = list(value)
-    else:
-        text = str(value).strip()
-        if text.startswith(("[", "{")):
-            try:
-                loaded = json.loads(text)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{value!r} is not valid JSON: {err}") from None
-            items = loaded if isinstance(loaded, list) else [loaded]
-        else:
-            items = [part for part in text.split(",") if part.strip()]
-    out: list[Toleration] = []
-    for item in items:
-        if isinstance(item, Toleration):
-            out.append(_check_toleration(item))
-        elif isinstance(item, dict):
-            out.append(_check_toleration(_toleration_from_dict(item)))
-        else:
-            try:
-                out.append(_check_toleration(parse_toleration(str(item))))
-            except InvalidInput as err:
-                raise ValueError(str(err)) from None
-    return tuple(out)
-
-
-def parse_node_selector(value: Any) -> tuple[tuple[str, str], ...]:
-    """KEY=VALUE,KEY=VALUE (all must match), or a mapping."""
+def parse_node_selector(value: Any) -> dict[str, str]:
+    """--node-selector values `KEY=VALUE` (several per value, comma-separated; all must match), one string
+    (DT_NODE_SELECTOR), or a mapping; keys must be label keys and values label values."""
     if isinstance(value, Mapping):
-        pairs = {str(k): str(v) for k, v in value.items()}
+        selector = {str(k): str(v) for k, v in value.items()}
     else:
         items = [str(i) for i in value] if isinstance(value, list | tuple) else [str(value)]
-        try:
-            pairs = _inventory_node_selector([i for i in items if i.strip()])
-        except InvalidInput as err:
-            raise ValueError(str(err)) from None
-    for key, val in pairs.items():
+        selector = {}
+        for item in (i for i in items if i.strip()):
+            for part in item.split(","):
+                key, equals, val = part.strip().partition("=")
+                if not equals or not key.strip():
+                    raise InvalidInput(f"--node-selector {item!r}: {part.strip()!r} is not KEY=VALUE "
+                                       "(e.g. --node-selector gpu-type=a100)")
+                key = key.strip()
+                if key in selector and selector[key] != val.strip():
+                    raise InvalidInput(f"--node-selector: {key} is given twice ({selector[key]!r} and "
+                                       f"{val.strip()!r}); a node has one value per label")
+                selector[key] = val.strip()
+    for key, val in selector.items():
         check_qualified_name(key)
         check_label_value(val)
-    return tuple(sorted(pairs.items()))
+    return selector
 
 
 def parse_label_key(value: Any) -> str:

@@ -1,0 +1,86 @@
+"""Cleanup: the one way a job's objects are deleted, and the one guard every entry point runs under.
+
+`delete_job` deletes every object carrying the job's labels (and only those: it selects on
+`app.kubernetes.io/managed-by=distributetrain,distributetrain.io/job=JOB`) and waits until its pods are gone,
+so their GPUs are free when it returns. It ends a job that succeeded (posttraining.py, keeping the chief for
+its log), clears an earlier run's leftovers (pretraining.py) and serves `distributetrain delete`.
+
+`guard` wraps a phase: SIGTERM/SIGINT raise Interrupted wherever the phase blocks (signals.py), and any
+failure deletes the whole job, once, with further signals ignored, before it propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from distributetrain import naming, signals
+from distributetrain.errors import DistributeTrainError
+from distributetrain.joblog import Reporter
+from distributetrain.k8s import Kube
+from distributetrain.watching import Watched
+
+log = logging.getLogger(__name__)
+
+# What a job may own, in the order cleanup deletes them: pods first, so GPUs are released soonest.
+JOB_KINDS = ("pods", "networkpolicies", "configmaps", "secrets")
+CLEANUP_WAIT = 90.0
+
+
+def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter | None = None,
+               wait: float = CLEANUP_WAIT, clock: Callable[[], float] = time.monotonic) -> int:
+    """Delete every object with the job's labels (the chief too unless `keep_chief`) and wait until its pods
+    are gone, so their GPUs are free when this returns. Returns how many objects were deleted."""
+    selector = naming.job_selector(job)
+    chief_name = naming.chief_name(job)
+    deleted = 0
+    for kind in JOB_KINDS:
+        items, _ = kube.list(kind, namespace, label_selector=selector)
+        for item in items:
+            meta = item.get("metadata") or {}
+            if kind == "pods" and keep_chief and meta.get("name") == chief_name:
+                continue
+            if kube.delete(kind, namespace, str(meta.get("name")), uid=meta.get("uid")):
+                deleted += 1
+    watched = Watched(kube, "pods", namespace, selector)
+    until = clock() + wait
+    for snapshot in watched.changes(deadline=until):
+        left = [n for n in snapshot if not (keep_chief and n == chief_name)]
+        if not left:
+            break
+    else:
+        left = [n for n in watched.objects if not (keep_chief and n == chief_name)]
+        if left:
+            message = f"job {job}: pods {', '.join(sorted(left))} were deleted but still terminate"
+            if reporter:
+                reporter.say(message)
+            log.warning(message)
+    if reporter and deleted:
+        kept = f"; kept {chief_name} for its log" if keep_chief else ""
+        reporter.say(f"deleted {deleted} object(s) of job {job}{kept}")
+    return deleted
+
+
+@contextlib.contextmanager
+def guard(kube: Kube, *, job: str, namespace: str, reporter: Reporter,
+          armed: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """Run the body with SIGTERM/SIGINT raised as Interrupted; on any failure (or signal) delete the whole job
+    before the error propagates, if `armed()` says this run created or adopted something. A cleanup that
+    fails is reported, and never hides the failure that caused it."""
+    # the try encloses the signal handling: a held signal fires the moment it is unblocked, on entry
+    try:
+        with signals.raising_interrupted():
+            yield
+    except BaseException as err:
+        if armed():
+            why = (str(err) or type(err).__name__).splitlines()[0]
+            reporter.say(f"job {job} failed ({why}); deleting all it created")
+            with signals.ignored():
+                try:
+                    delete_job(kube, job=job, namespace=namespace, keep_chief=False, reporter=reporter)
+                except DistributeTrainError as cleanup_err:
+                    reporter.say(f"cleanup of job {job} failed: {cleanup_err}; delete it with: "
+                                 f"distributetrain delete {job} -n {namespace}")
+        raise

@@ -1,0 +1,192 @@
+"""The Kubernetes API as plain values: every request the manager sends (HTTP method, path, query, body),
+built here apart from sending it (k8s.py sends), and the error a refusal means, read from the server's
+Status object by its code, reason and details. Pure, so both are unit-tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from distributetrain.errors import AlreadyExists, ApiError, Conflict, Forbidden, Gone, NotFound
+from distributetrain.podstatus import TERMINAL_PHASES
+
+# pods that may hold resources: the server filters out the finished ones
+NOT_TERMINATED = ",".join(f"status.phase!={phase}" for phase in TERMINAL_PHASES)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind of object lives in the API."""
+
+    api: str          # "/api/v1", "/apis/networking.k8s.io/v1"
+    plural: str
+    namespaced: bool = True
+
+
+RESOURCES: dict[str, Resource] = {
+    "pods": Resource("/api/v1", "pods"),
+    "secrets": Resource("/api/v1", "secrets"),
+    "configmaps": Resource("/api/v1", "configmaps"),
+    "networkpolicies": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "nodes": Resource("/api/v1", "nodes", namespaced=False),
+}
+# an object's `kind` -> its resource, for what the manager creates
+RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
+                    "NetworkPolicy": "networkpolicies"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One API request. `verb` is what Kube.requests counts it as (list, watch, get, create, delete, log);
+    `what` names it in errors and log lines ("create pods default/job-worker-0")."""
+
+    verb: str
+    method: str
+    path: str
+    what: str
+    query: tuple[tuple[str, str], ...] = ()
+    body: Mapping[str, Any] | None = None
+
+
+def path(resource: str, namespace: str | None = None, name: str | None = None,
+         subresource: str | None = None) -> str:
+    """`/api/v1/namespaces/NS/pods/NAME/log`; a namespaced resource without a namespace: all namespaces."""
+    where = RESOURCES[resource]
+    parts = [where.api]
+    if where.namespaced and namespace is not None:
+        parts += ["namespaces", quote(namespace, safe="")]
+    parts.append(where.plural)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+    if subresource is not None:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+def _query(**params: str | int | bool | None) -> tuple[tuple[str, str], ...]:
+    """The parameters that are set, as the API spells them (`str(True)` is "True": booleans as "true")."""
+    out = []
+    for key, value in params.items():
+        if value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out.append((key, text))
+    return tuple(out)
+
+
+def list_request(resource: str, namespace: str | None = None, *, limit: int,
+                 continue_token: str | None = None, label_selector: str | None = None,
+                 field_selector: str | None = None) -> Request:
+    """One page of a list (limit/continue); without a namespace, across all of them."""
+    where = f"{resource} in {namespace}" if namespace else resource
+    return Request("list", "GET", path(resource, namespace), f"list {where}", _query(
+        labelSelector=label_selector or None, fieldSelector=field_selector or None, limit=limit,
+        **{"continue": continue_token or None}))
+
+
+def get_request(resource: str, namespace: str | None, name: str) -> Request:
+    return Request("get", "GET", path(resource, namespace, name), f"get {resource} {namespace}/{name}")
+
+
+def create_request(body: Mapping[str, Any]) -> Request:
+    """Create `body` (its kind and namespace say where)."""
+    resource = RESOURCE_OF_KIND[body["kind"]]
+    meta = body["metadata"]
+    return Request("create", "POST", path(resource, meta["namespace"]),
+                   f"create {resource} {meta['namespace']}/{meta['name']}", body=body)
+
+
+def delete_request(resource: str, namespace: str, name: str, *, grace_seconds: int | None = None,
+                   uid: str | None = None) -> Request:
+    """Delete in the background (dependents by the garbage collector); with `uid`, only that incarnation of
+    the object (a precondition: a namesake created since answers 409 Conflict)."""
+    options: dict[str, Any] = {"propagationPolicy": "Background"}
+    if grace_seconds is not None:
+        options["gracePeriodSeconds"] = grace_seconds
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    return Request("delete", "DELETE", path(resource, namespace, name),
+                   f"delete {resource} {namespace}/{name}", body=options)
+
+
+def watch_request(resource: str, namespace: str | None, *, resource_version: str, label_selector: str | None,
+                  timeout_seconds: int) -> Request:
+    """A watch from `resource_version` with bookmarks, which the server ends after `timeout_seconds`."""
+    return Request("watch", "GET", path(resource, namespace),
+                   f"watch {resource} {label_selector or ''} from {resource_version}", _query(
+                       labelSelector=label_selector or None, resourceVersion=resource_version,
+                       timeoutSeconds=timeout_seconds, allowWatchBookmarks=True, watch=True))
+
+
+def log_request(namespace: str, name: str, container: str, *, follow: bool = False,
+                tail_lines: int | None = None) -> Request:
+    return Request("log", "GET", path("pods", namespace, name, "log"), f"logs {namespace}/{name}", _query(
+        container=container, follow=follow or None, tailLines=tail_lines))
+
+
+# ---- answers -------------------------------------------------------------------------------------------
+
+def status_object(body: bytes | str | None) -> dict[str, Any]:
+    """The Status object an error answer carries; {} when the body is something else."""
+    try:
+        parsed = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def status_message(code: int, body: bytes | str | None, http_reason: str = "") -> str:
+    """The server's own words: the Status's message, else the HTTP status line."""
+    return str(status_object(body).get("message") or f"{code} {http_reason}")
+
+
+def api_error(code: int, body: bytes | str | None, *, what: str, http_reason: str = "") -> ApiError:
+    """The error an answer with HTTP status `code` means, decided by the code and the Status's reason, and
+    carrying them; the message is the server's own words, after `what` was asked."""
+    status = status_object(body)
+    message = status_message(code, body, http_reason)
+    fields: dict[str, Any] = {"status": code, "reason": status.get("reason") or None,
+                              "details": status.get("details") or {}}
+    if code == 403:
+        return Forbidden(f"{what}: Forbidden: {message}. The ServiceAccount running the manager needs this "
+                         "permission: apply rbac/ (see docs/manager.md) in the job's namespace", **fields)
+    if code == 401:
+        return ApiError(f"{what}: Unauthorized: {message}. Check the kubeconfig or the ServiceAccount token",
+                        **fields)
+    if code == 404:
+        return NotFound(f"{what}: not found: {message}", **fields)
+    if code == 409:
+        conflict = AlreadyExists if fields["reason"] == "AlreadyExists" else Conflict
+        return conflict(f"{what}: {message}", **fields)
+    if code == 410:
+        return Gone(f"{what}: {message}", **fields)
+    return ApiError(f"{what}: the API server answered {code}: {message}", **fields)
+
+
+def watch_error(status: Mapping[str, Any], *, what: str) -> ApiError:
+    """The error a watch's ERROR event carries (a Status): 410 is Gone (list again), anything else ends it."""
+    code = status.get("code")
+    fields: dict[str, Any] = {"status": code if isinstance(code, int) else None,
+                              "reason": status.get("reason") or None, "details": status.get("details") or {}}
+    if code == 410:
+        return Gone(f"{what}: {status.get('message', 'too old resource version')}", **fields)
+    return ApiError(f"{what}: the server ended the watch: {status.get('message', status)}", **fields)
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asks us to wait (Retry-After), None when it does not say."""
+    value = (headers or {}).get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def is_missing_namespace(err: NotFound, namespace: str) -> bool:
+    """Whether a 404 on a create means the namespace itself does not exist (its Status details name it)."""
+    return err.details.get("kind") == "namespaces" and err.details.get("name") in (None, namespace)

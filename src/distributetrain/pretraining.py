@@ -1,0 +1,342 @@
+"""PreTraining, the design's first phase: inventory the live cluster, plan, create the job's Secret (and
+NetworkPolicy), then the workers pinned to their planned nodes; wait by watch until the whole gang is Running
+and Ready; if it is not within the schedule timeout, delete the gang, re-plan and retry with backoff, never
+leaving a partial gang holding GPUs. Then the hostfile ConfigMap from the workers' pod IPs, and the chief
+last, watched until it runs.
+
+A job of the same name found in the cluster is adopted when its chief still runs with its whole gang (a
+restarted manager), refused when another live manager owns it, and otherwise deleted before starting afresh.
+`PreTraining.run` does no cleanup of its own on failure: its callers run it under cleanup.guard.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from distributetrain import (
+    cleanup,
+    inventory,
+    joblog,
+    k8s,
+    k8srequests,
+    manifests,
+    naming,
+    planner,
+    podstatus,
+    sshkeys,
+)
+from distributetrain.errors import (
+    ApiError,
+    CannotPlace,
+    Conflict,
+    DeadlineExceeded,
+    InvalidInput,
+    NotFound,
+    ScheduleTimeout,
+)
+from distributetrain.hostfile import HostSlots
+from distributetrain.joblog import Reporter
+from distributetrain.jobspec import JobSpec, ManagerIdentity
+from distributetrain.k8s import Kube
+from distributetrain.watching import Watched
+
+# stamped on every object one manager run creates: a 409 on create is then ours (a retried POST) or not
+RUN_ANNOTATION = "distributetrain.io/run"
+GPU_WAIT_MAX_INTERVAL = 30.0
+
+
+@dataclass(frozen=True)
+class StartedJob:
+    """What PreTraining left running: the plan, the pods' names, and when they were created."""
+
+    job: str
+    namespace: str
+    plan: planner.Plan | None      # None when an earlier run's job was adopted
+    workers: tuple[str, ...]
+    chief: str
+    attempts: int
+    adopted: bool = False
+    timings: Mapping[str, float] = field(default_factory=dict)  # seconds since PreTraining started
+
+
+class PreTraining:
+    """PreTraining of one job, from one manager process."""
+
+    def __init__(self, kube: Kube, spec: JobSpec, *, owner: ManagerIdentity | None = None,
+                 reporter: Reporter | None = None, started_at: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        """`started_at` (epoch seconds): when the manager started, if before this process (Manager.sh runs
+        the two phases as two processes); the active deadline counts from it."""
+        self.kube = kube
+        self.spec = spec
+        self.owner = owner
+        self.reporter = reporter or Reporter()
+        self.run_id = uuid.uuid4().hex
+        self._clock = clock
+        self._sleep = sleep
+        self._started = clock() - (max(0.0, time.time() - started_at) if started_at is not None else 0.0)
+        # when the active deadline passes (monotonic), None without one; PostTraining keeps to it as well
+        self.deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
+        self.touched = False  # whether this run created or adopted anything (and may therefore clean up)
+
+    def run(self) -> StartedJob:
+        """The phase: adopt, or plan and create the gang and the chief; return what runs."""
+        spec = self.spec
+        adopted = self._adopt_or_clean()
+        if adopted is not None:
+            return adopted
+        plan = self._plan(attempt=0)
+        keys = sshkeys.generate(f"{spec.job_name}@distributetrain")
+        self.touched = True
+        secret = self._create(manifests.ssh_secret(spec, keys, owner=self.owner))["metadata"]["name"]
+        made = f"Secret {secret} (the job's ssh key pair)"
+        if spec.network_policy:
+            policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
+            made += f" and NetworkPolicy {policy} (job pods admit only job pods)"
+        self.reporter.say(f"created {made}")
+        timings: dict[str, float] = {}
+        attempt = 0
+        while True:
+            names = []
+            for index, entry in enumerate(plan.workers):
+                names.append(self._create(manifests.worker_pod(spec, index=index, entry=entry,
+                                                               owner=self.owner))["metadata"]["name"])
+                self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
+                                  f"{joblog.gpus_text(entry.gpus)}")
+            created_at = self._clock()
+            timings["workers_created"] = created_at - self._started
+            failure, ready = self._wait_for_pods(names, naming.ROLE_WORKER, podstatus.is_ready)
+            created = list(names)
+            if failure is None:
+                timings["workers_ready"] = self._clock() - self._started
+                if names:
+                    self.reporter.say(f"{len(names)} worker(s) Running and Ready "
+                                      f"{self._clock() - created_at:.2f}s after their creation")
+                hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
+                hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+                self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
+                                  f"{joblog.hostfile_text(hosts) or '(no workers)'}")
+                chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
+                timings["chief_created"] = self._clock() - self._started
+                self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
+                                  f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
+                                  "process(es) from it")
+                # the chief belongs to the gang: its GPUs may have been taken since the plan, too
+                created.append(chief["metadata"]["name"])
+                failure, pods = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
+                if failure is None:
+                    timings["chief_started"] = self._clock() - self._started
+                    self.reporter.say(
+                        f"chief {created[-1]} is {podstatus.phase(pods[created[-1]])}, "
+                        f"{timings['chief_started'] - timings['chief_created']:.2f}s after its creation; "
+                        "its launcher checks every worker's sshd, then starts horovodrun")
+                    break
+            self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
+                              "so no GPU stays held")
+            self._delete_gang(created)
+            if attempt >= spec.retries:
+                raise ScheduleTimeout(
+                    f"job {spec.job_name}: the workers and the chief did not all start within "
+                    f"{spec.schedule_timeout:g}s, {attempt + 1} time(s): {failure}. Check the reason above, "
+                    "then raise --schedule-timeout or --retries, or ask for fewer GPUs")
+            # jittered: two managers that collided on the same GPUs must not retry in lockstep
+            pause = self._bounded(spec.backoff * 2 ** attempt * (0.5 + random.random()))
+            self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
+            self._sleep(pause)
+            attempt += 1
+            plan = self._plan(attempt=attempt)
+        chief_name = created[-1]
+        return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
+                        chief=chief_name, attempts=attempt + 1, timings=timings)
+
+    def _plan(self, *, attempt: int) -> planner.Plan:
+        """Inventory the live cluster and plan; with --wait-for-gpus, wait for room (creating nothing)."""
+        spec = self.spec
+        wait_until = self._clock() + spec.wait_for_gpus
+        interval = 2.0
+        shown: list[str] = []
+        while True:
+            self._check_deadline("planning")
+            nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
+            _check_resource_known(nodes, spec.resource)
+            tolerations = spec.all_tolerations()
+            with k8s.gc_paused():
+                rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
+                                           node_selector=spec.node_selector_dict)
+            del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
+            table = joblog.inventory_lines(rows, resource=spec.resource)
+            if table != shown:  # waiting for GPUs: the same table again says nothing new
+                for line in table:
+                    self.reporter.say(line)
+                shown = table
+            topology = inventory.topology(rows, spec.topology_key) if spec.topology_key else None
+            try:
+                plan = planner.plan(inventory.free_gpus(rows), spec.gpus, topology=topology,
+                                    policy=spec.placement_policy)
+            except CannotPlace as err:
+                if self._clock() + interval > wait_until:
+                    waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
+                    raise CannotPlace(f"{err}{waited}; nothing was created") from err
+                self.reporter.say(f"waiting for GPUs to free up: {err}")
+                self._sleep(self._bounded(interval))
+                interval = min(GPU_WAIT_MAX_INTERVAL, interval * 2)
+                continue
+            split = ", ".join(f"{e.gpus} on {e.node}" for e in plan.allocation)
+            self.reporter.say(f"plan (attempt {attempt + 1}): {spec.gpus} GPU(s) as {split}; chief "
+                              f"{plan.chief.gpus} on {plan.chief.node}")
+            self.reporter.planned(plan, attempt)
+            return plan
+
+    def _wait_for_pods(self, names: list[str], role: str, ok: Callable[[podstatus.Pod], bool]
+                       ) -> tuple[str | None, dict[str, dict[str, Any]]]:
+        """(None, pods) once every named pod is `ok`; (why not, pods) when one ends, vanishes, or the
+        schedule timeout passes first."""
+        if not names:
+            return None, {}
+        until = self._bounded_deadline(self._clock() + self.spec.schedule_timeout)
+        selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={role}"
+        watched = Watched(self.kube, "pods", self.spec.namespace, selector)
+        pods: Mapping[str, dict[str, Any]] = {}
+        for pods in watched.changes(deadline=until):
+            missing = [n for n in names if n not in pods]
+            if missing:
+                return f"pod(s) {', '.join(missing)} disappeared", dict(pods)
+            if all(ok(pods[n]) for n in names):
+                return None, dict(pods)
+            ended = [pods[n] for n in names if not ok(pods[n]) and (
+                podstatus.is_terminated(pods[n]) or podstatus.is_deleting(pods[n]))]
+            if ended:
+                return "; ".join(podstatus.describe(p) for p in ended), dict(pods)
+        self._check_deadline(f"waiting for the {role} pods")
+        late = [podstatus.describe(pods[n]) for n in names if n in pods and not ok(pods[n])]
+        return "; ".join(late) or "timed out", dict(pods)
+
+    # ---- objects ----------------------------------------------------------------------------------------
+    def _create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Create, stamped with this run's id. A 409 is this run's own object when it carries the stamp (a
+        retried POST that had succeeded): adopted. A 409 for an object that is not there (a conflict that went
+        away) is retried. Anything else with that name is refused, never touched."""
+        meta = body["metadata"]
+        meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
+        kind = k8srequests.RESOURCE_OF_KIND[body["kind"]]
+        for attempt in range(1, 4):
+            try:
+                return self.kube.create(body)
+            except Conflict as err:  # any 409 on a create: the name is taken, or was while the POST raced
+                existing = self.kube.get(kind, meta["namespace"], meta["name"])
+                if existing is None and attempt < 3:
+                    continue
+                stamp = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(RUN_ANNOTATION)
+                if existing and stamp == self.run_id:
+                    return existing
+                raise ApiError(f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and was "
+                               f"not created by this manager ({err}); delete it (distributetrain delete "
+                               f"{self.spec.job_name}) or choose another --job-name") from err
+            except NotFound as err:
+                if k8srequests.is_missing_namespace(err, meta["namespace"]):
+                    raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it "
+                                       "or pass --namespace; nothing was created") from err
+                raise
+        raise AssertionError("unreachable")
+
+    def _delete_gang(self, names: list[str]) -> None:
+        """Delete the gang (and its hostfile) and wait until its pods are gone, so the re-plan sees their GPUs
+        free."""
+        for name in names:
+            self.kube.delete("pods", self.spec.namespace, name)
+        hostfile = naming.hostfile_configmap_name(self.spec.job_name)
+        self.kube.delete("configmaps", self.spec.namespace, hostfile)
+        watched = Watched(self.kube, "pods", self.spec.namespace, naming.job_selector(self.spec.job_name))
+        for pods in watched.changes(deadline=self._clock() + 90.0):
+            if not any(n in pods for n in names):
+                return
+        raise ApiError(f"the gang's pods {', '.join(names)} were deleted but did not go away within 90s")
+
+    def _adopt_or_clean(self) -> StartedJob | None:
+        """Objects of an earlier run with this job name: adopt them when their chief still runs with its
+        whole gang (the manager was restarted mid-job); otherwise delete them and start afresh."""
+        spec = self.spec
+        selector = naming.job_selector(spec.job_name)
+        found = {kind: self.kube.list(kind, spec.namespace, label_selector=selector)[0]
+                 for kind in cleanup.JOB_KINDS}
+        if not any(found.values()):
+            return None
+        self._refuse_if_running_elsewhere([o for items in found.values() for o in items])
+        self.touched = True
+        pods = {podstatus.name(p): p for p in found["pods"]}
+        chief_name = naming.chief_name(spec.job_name)
+        chief = pods.get(chief_name)
+        live = [p for p in pods.values() if not podstatus.is_terminated(p) and not podstatus.is_deleting(p)]
+        held = sum(podstatus.gpus(p) for p in live)
+        whole = chief is not None and held == podstatus.expected_processes(chief)
+        if chief is not None and chief in live and whole:
+            workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
+            self.reporter.say(f"adopting the running job {spec.job_name}: chief {chief_name} and "
+                              f"{len(workers)} worker(s) from an earlier manager")
+            return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=None, workers=workers,
+                            chief=chief_name, attempts=0, adopted=True)
+        count = sum(len(v) for v in found.values())
+        self.reporter.say(f"found {count} object(s) of an earlier, unfinished or finished run of job "
+                          f"{spec.job_name}; deleting them before starting")
+        cleanup.delete_job(self.kube, job=spec.job_name, namespace=spec.namespace, keep_chief=False,
+                           reporter=self.reporter)
+        return None
+
+    def _refuse_if_running_elsewhere(self, objects: list[dict[str, Any]]) -> None:
+        """Objects owned by another manager pod that still runs belong to a live job: never touch them."""
+        mine = self.owner.uid if self.owner else None
+        for obj in objects:
+            for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+                if ref.get("kind") != "Pod" or ref.get("uid") == mine:
+                    continue
+                other = self.kube.get("pods", self.spec.namespace, str(ref.get("name")))
+                if other and other["metadata"].get("uid") == ref.get("uid") and not (
+                        podstatus.is_terminated(other) or podstatus.is_deleting(other)):
+                    raise InvalidInput(
+                        f"job_name: job {self.spec.job_name!r} in namespace {self.spec.namespace} is run by "
+                        f"manager pod {ref.get('name')}, which is still running; choose another --job-name, "
+                        "or stop that manager first; nothing was created")
+
+    # ---- deadlines ---------------------------------------------------------------------------------------
+    def _check_deadline(self, doing: str) -> None:
+        if self.deadline is not None and self._clock() >= self.deadline:
+            raise DeadlineExceeded(f"job {self.spec.job_name}: the active deadline of "
+                                   f"{self.spec.active_deadline:g}s passed while {doing}")
+
+    def _bounded_deadline(self, until: float) -> float:
+        return until if self.deadline is None else min(until, self.deadline)
+
+    def _bounded(self, pause: float) -> float:
+        if self.deadline is None:
+            return pause
+        return max(0.0, min(pause, self.deadline - self._clock()))
+
+
+def _started(pod: podstatus.Pod) -> bool:
+    """The chief started (or already ran to its end). A pod Failed by the node itself (OutOfnvidia.com/gpu at
+    admission, NodeLost) never ran: that is a placement failure, retried with the gang."""
+    if podstatus.is_deleting(pod):
+        return False
+    phase = podstatus.phase(pod)
+    if phase == "Failed":
+        return not (pod.get("status") or {}).get("reason") and podstatus.exit_code(pod) is not None
+    return phase in ("Running", "Succeeded")
+
+
+def _check_resource_known(nodes: list[dict[str, Any]], resource: str) -> None:
+    """A resource no node advertises is a typo (exit 2), not a shortage (exit 3)."""
+    known: set[str] = set()
+    for node in nodes:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if resource in allocatable:
+            return
+        known.update(k for k in allocatable if "/" in k)
+    listed = ", ".join(sorted(known)) or "none"
+    raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
+                       f"{listed}); pass --resource with one of them; nothing was created")
