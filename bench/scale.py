@@ -10,7 +10,7 @@ creation (a third of them holding a GPU). Two shapes of pod, each on its own clu
   pods only (SIZES): the local API server holds ~170 KB per such pod, too much at 150,000 for this machine.
 The measuring side runs in a fresh subprocess, so its peak memory is the manager's own, and its first
 inventory + plan is cold, as a real manager's only one is: connecting, `k8s.list_nodes_and_pods` (paged
-raw JSON, pods decoded slim by podfields.py), `inventory` and `plan`. Then the same again, warm; the report
+raw JSON, pods decoded slim by slimpods.py), `inventory` and `plan`. Then the same again, warm; the report
 gives the cold run, the warm median and the slowest. Where the time goes is taken apart on the same
 cluster: the transfer alone, orjson decoding of the same bytes, and the official client's model
 deserialization of one page (what the manager avoids), scaled to all pods.

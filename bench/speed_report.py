@@ -60,7 +60,7 @@ def scale(result: Result) -> str:
         ("of which (cold)", "cold_parts"),
         ("the same, warm: median", "warm"), ("the same, slowest of all runs", "max"),
         ("the manager process's peak memory (goal under 1 GiB)", "memory"),
-        ("warm, of which: both lists (k8s.list_nodes_and_pods; pods decoded slim by podfields.py)", "lists"),
+        ("warm, of which: both lists (k8s.list_nodes_and_pods; pods decoded slim by slimpods.py)", "lists"),
         ("warm, of which: GPU accounting (inventory.py)", "inventory"), ("warm, of which: plan", "plan"),
         ("transfer alone (the same pages, not decoded)", "transfer"),
         ("decoding every field instead (orjson, the same bytes; avoided)", "orjson"),
@@ -82,7 +82,7 @@ def apiserver(result: Result) -> str:
 
     rows = [
         ["**the manager's inventory lists**: `k8s.list_nodes_and_pods` (all nodes, then pods paged by 5,000 "
-         "and decoded slim by podfields.py, as the manager does)", *summary("list_as_manager"), "< 0.5 s"],
+         "and decoded slim by slimpods.py, as the manager does)", *summary("list_as_manager"), "< 0.5 s"],
         ["every pod with every field: `k8s.Kube.list(\"pods\")` (orjson, pages of 5,000; not what the "
          "manager does)", *summary("list_all_pods_k8s_py_full_decode"), ""],
         ["the same with pages of 500 (kubectl's chunk size)", *summary("list_all_pods_k8s_py_pages_of_500"),
