@@ -53,6 +53,8 @@ def test_no_tracked_file_names_a_path_of_this_machine() -> None:
     machine = _machine_paths()
     problems = {}
     for path in _tracked_text_files():
+        if path == Path(__file__).resolve():  # this guard's own examples name such paths on purpose
+            continue
         try:
             text = path.read_text()
         except UnicodeDecodeError:
