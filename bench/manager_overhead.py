@@ -28,9 +28,9 @@ from typing import Any
 from distributetrain import inventory, planner
 from distributetrain.config import JobSpec
 from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
-from distributetrain.localcluster import daemon
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.supervisor import Reporter, delete_job
+from localcluster import daemon
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64

@@ -10,11 +10,11 @@ from typing import Any
 from distributetrain import naming
 from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.planner import Plan
 from distributetrain.supervisor import JOB_KINDS, Reporter
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 IMAGE = "distributetrain/base:0.1.0"
 

@@ -15,8 +15,8 @@ from manager_support import chief_behavior, leftovers, orchestrator, spec
 
 from distributetrain.errors import ApiError
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.supervisor import delete_job
+from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -27,10 +27,10 @@ import pytest
 from distributetrain import inventory, k8s, naming
 from distributetrain.config import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.supervisor import JOB_KINDS, Reporter
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))

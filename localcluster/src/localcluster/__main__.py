@@ -1,7 +1,7 @@
-"""`python -m distributetrain.localcluster serve --dir DIR ...`: the local cluster as a foreground process.
+"""`python -m localcluster serve --dir DIR ...`: the local cluster as a foreground process.
 
-`distributetrain local up` starts this in its own session and waits for /readyz; `local down` sends SIGTERM,
-on which every pod is stopped and the runtime's state removed before the process exits.
+`localcluster up` (cli.py) starts this in its own session and waits for /readyz; `localcluster down` sends
+SIGTERM, on which every pod is stopped and the runtime's state removed before the process exits.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 import signal
 from pathlib import Path
 
-from distributetrain.localcluster.certs import DEFAULT_SANS
-from distributetrain.localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.certs import DEFAULT_SANS
+from localcluster.cluster import ClusterSpec, LocalCluster
 
 
 def parse_nodes(text: str) -> tuple[int, ...]:
@@ -29,7 +29,7 @@ def parse_nodes(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m distributetrain.localcluster")
+    parser = argparse.ArgumentParser(prog="python -m localcluster")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the local cluster in the foreground")
     serve.add_argument("--dir", type=Path, required=True, help="state directory (kubeconfig, ca.crt, pid)")

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.localcluster import auth, rbac
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster.auth import UserInfo, admin_user, service_account_user
-from distributetrain.localcluster.store import Event, Store
-from distributetrain.localcluster.tokens import TokenAuthority
+from localcluster import auth, rbac
+from localcluster import status as st
+from localcluster.auth import UserInfo, admin_user, service_account_user
+from localcluster.store import Event, Store
+from localcluster.tokens import TokenAuthority
 
 RBAC_KEYS = frozenset(f"{plural}.rbac.authorization.k8s.io"
                       for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from distributetrain.localcluster import escalation, rbac, validation
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster.auth import UserInfo
-from distributetrain.localcluster.registry import Resource
+from localcluster import escalation, rbac, validation
+from localcluster import status as st
+from localcluster.auth import UserInfo
+from localcluster.registry import Resource
 
 Obj = dict[str, Any]
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from distributetrain.localcluster import defaults, openapi, registry, tables
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster.access import Access, Attributes
-from distributetrain.localcluster.admission import check_escalation, validate
-from distributetrain.localcluster.auth import UserInfo
-from distributetrain.localcluster.bodies import (
+from localcluster import defaults, openapi, registry, tables
+from localcluster import status as st
+from localcluster.access import Access, Attributes
+from localcluster.admission import check_escalation, validate
+from localcluster.auth import UserInfo
+from localcluster.bodies import (
     APPLY,
     PROTOBUF,
     STRATEGIC,
@@ -34,14 +34,14 @@ from distributetrain.localcluster.bodies import (
     patch_object,
     read_limited,
 )
-from distributetrain.localcluster.listing import ListQuery, list_response, parse_list_query, serve_watch
-from distributetrain.localcluster.registry import Resource
-from distributetrain.localcluster.store import AlreadyExists, Conflict, NotFound, Store
+from localcluster.listing import ListQuery, list_response, parse_list_query, serve_watch
+from localcluster.registry import Resource
+from localcluster.store import AlreadyExists, Conflict, NotFound, Store
 
 if TYPE_CHECKING:
-    from distributetrain.localcluster.controllers import Controllers
-    from distributetrain.localcluster.faults import Faults
-    from distributetrain.localcluster.subresources import Subresources
+    from localcluster.controllers import Controllers
+    from localcluster.faults import Faults
+    from localcluster.subresources import Subresources
 
 log = logging.getLogger(__name__)
 

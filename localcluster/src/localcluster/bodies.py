@@ -9,8 +9,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from distributetrain.localcluster import protobuf
-from distributetrain.localcluster import status as st
+from localcluster import protobuf
+from localcluster import status as st
 
 JSON_TYPES = ("application/json", "")
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -86,7 +86,7 @@ def parse_yaml_or_json(raw: bytes) -> Any:
 
 
 def apply_patch(media: str, current: dict[str, Any], patch: Any) -> Any:
-    from distributetrain.localcluster import patch as patches
+    from localcluster import patch as patches
 
     try:
         if media == JSON_PATCH:

@@ -1,8 +1,9 @@
-"""`distributetrain local up|status|down`: a local Kubernetes cluster in the background, for trying jobs.
+"""`localcluster up|status|down`: the local Kubernetes cluster in the background, for the demo and for trying
+jobs.
 
-`up` starts `python -m distributetrain.localcluster serve` in its own session, waits until /readyz answers
-over HTTPS (verified with the cluster's CA), and prints the kubeconfig path. `down` stops that process by the
-PID it recorded (checking the PID is still ours) and removes what `up` wrote.
+`up` starts `python -m localcluster serve` in its own session, waits until /readyz answers over HTTPS
+(verified with the cluster's CA), and prints the kubeconfig path. `down` stops that process by the PID it
+recorded (checking the PID is still ours) and removes what `up` wrote.
 """
 
 from __future__ import annotations
@@ -13,16 +14,17 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
-from distributetrain.errors import InvalidInput
-from distributetrain.localcluster import daemon
+from localcluster import daemon
+from localcluster.errors import InvalidInput, LocalClusterError
 
 DEFAULT_DIR = Path(".local-cluster")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
-_MARK = "distributetrain.localcluster"
+_MARK = f"{daemon.MODULE}\0serve\0"  # how our server's command line reads in /proc/PID/cmdline
 
 
 def _read_pid(directory: Path) -> int | None:
@@ -35,7 +37,7 @@ def _read_pid(directory: Path) -> int | None:
     except OSError:
         return None
     # a recycled PID belongs to someone else: only ever signal our own server
-    return pid if _MARK.encode() in cmdline and b"serve" in cmdline else None
+    return pid if _MARK.encode() in cmdline else None
 
 
 def _parse_nodes(text: str) -> list[int]:
@@ -48,12 +50,30 @@ def _parse_nodes(text: str) -> list[int]:
     return nodes
 
 
-@click.group("local")
-def local() -> None:
-    """A local Kubernetes API server with simulated or process-backed GPU nodes."""
+class _Group(click.Group):
+    """Reports our errors on one line (`error: ...`) with their exit code instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LocalClusterError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(err.exit_code)
 
 
-@local.command("up")
+@click.group("localcluster", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """A local Kubernetes API server with simulated or process-backed GPU nodes (the demo's and the tests'
+    cluster; see docs/local-cluster.md).
+
+    \b
+      localcluster up --nodes 5,3,2 --runtime process   # prints the kubeconfig to export
+      localcluster status
+      localcluster down
+    """
+
+
+@main.command("up")
 @click.option("--nodes", default="5,3,2", show_default=True, help="GPUs per node, one entry per node.")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True,
               help="Where the kubeconfig, CA, PID and log go.")
@@ -86,7 +106,7 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     click.echo(f"export KUBECONFIG={kubeconfig}")
 
 
-@local.command("status")
+@main.command("status")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
 def status(directory: Path) -> None:
     """Whether the local cluster in DIR runs and answers; exits 1 when it does not."""
@@ -102,7 +122,7 @@ def status(directory: Path) -> None:
         sys.exit(1)
 
 
-@local.command("down")
+@main.command("down")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
 def down(directory: Path) -> None:
     """Stop the local cluster in DIR (every pod it runs) and remove what `up` wrote."""
@@ -143,7 +163,3 @@ def _alive(pid: int) -> bool:
         return False
     return state != "Z"
 
-
-def register(group: click.Group) -> None:
-    """Add the `local` command group to the `distributetrain` group."""
-    group.add_command(local)

@@ -28,22 +28,22 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from distributetrain.localcluster import certs, rbac
-from distributetrain.localcluster.access import Access
-from distributetrain.localcluster.api import ApiServer
-from distributetrain.localcluster.controllers import Controllers
-from distributetrain.localcluster.faults import Fault, Faults
-from distributetrain.localcluster.runtime.base import PodRuntime
-from distributetrain.localcluster.store import NotFound, Store, now_iso
-from distributetrain.localcluster.subresources import Subresources
-from distributetrain.localcluster.tokens import TokenAuthority
+from localcluster import certs, rbac
+from localcluster.access import Access
+from localcluster.api import ApiServer
+from localcluster.controllers import Controllers
+from localcluster.faults import Fault, Faults
+from localcluster.podresources import GPU_RESOURCE
+from localcluster.runtime.base import PodRuntime
+from localcluster.store import NotFound, Store, now_iso
+from localcluster.subresources import Subresources
+from localcluster.tokens import TokenAuthority
 
 T = TypeVar("T")
 Obj = dict[str, Any]
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-GPU_RESOURCE = "nvidia.com/gpu"
-RUNTIMES = {"sim": "distributetrain.localcluster.runtime.sim:SimRuntime",
-            "process": "distributetrain.localcluster.runtime.process:ProcessRuntime"}
+RUNTIMES = {"sim": "localcluster.runtime.sim:SimRuntime",
+            "process": "localcluster.runtime.process:ProcessRuntime"}
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ import secrets
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from distributetrain.localcluster import gc, nodefit, scheduler
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster.registry import BY_KEY, RESOURCES, Resource
-from distributetrain.localcluster.store import ADDED, DELETED, MODIFIED, Event, NotFound, Store, now_iso
-from distributetrain.resources import TERMINAL_PHASES, holds_resources
+from localcluster import gc, nodefit, scheduler
+from localcluster import status as st
+from localcluster.podresources import TERMINAL_PHASES, holds_resources
+from localcluster.registry import BY_KEY, RESOURCES, Resource
+from localcluster.store import ADDED, DELETED, MODIFIED, Event, NotFound, Store, now_iso
 
 if TYPE_CHECKING:
-    from distributetrain.localcluster.auth import UserInfo
-    from distributetrain.localcluster.runtime.base import PodRuntime
+    from localcluster.auth import UserInfo
+    from localcluster.runtime.base import PodRuntime
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

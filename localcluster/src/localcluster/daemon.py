@@ -1,7 +1,7 @@
-"""The local cluster as a background process: start `python -m distributetrain.localcluster serve` in its own
+"""The local cluster as a background process: start `python -m localcluster serve` in its own
 session and return once /readyz answers over HTTPS, verified with the cluster's CA.
 
-Used by `distributetrain local up` and by the benchmarks that measure the server as its own process.
+Used by `localcluster up` (cli.py) and by the benchmarks that measure the server as its own process.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from distributetrain.errors import DistributeTrainError
+from localcluster.errors import StartFailed
 
-MODULE = "distributetrain.localcluster"
+MODULE = "localcluster"
 # what `serve` writes into its directory; removed before a start so a stale file never passes for readiness
 STATE_FILES = ("url", "pid", "kubeconfig")
 
@@ -64,12 +64,12 @@ def start(command: Sequence[str], *, directory: Path, log: Path,
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise DistributeTrainError(f"the local cluster exited with code {process.returncode} while "
+            raise StartFailed(f"the local cluster exited with code {process.returncode} while "
                                        f"starting; last lines of {log}:\n{tail(log)}")
         url = ready_url(directory) if (directory / "kubeconfig").exists() else None
         if url:
             return process, url
         time.sleep(0.2)
     process.terminate()
-    raise DistributeTrainError(f"the local cluster did not answer /readyz within {timeout:.0f} s; "
+    raise StartFailed(f"the local cluster did not answer /readyz within {timeout:.0f} s; "
                                f"last lines of {log}:\n{tail(log)}")

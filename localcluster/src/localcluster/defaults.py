@@ -7,8 +7,8 @@ import contextlib
 import itertools
 from typing import Any
 
-from distributetrain.errors import InvalidQuantity
-from distributetrain.quantity import parse_quantity
+from localcluster.errors import InvalidQuantity
+from localcluster.quantity import parse_quantity
 
 Obj = dict[str, Any]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from distributetrain.localcluster.rbac import MASTERS, RBAC_GROUP, Policy, RequestAttributes
+from localcluster.rbac import MASTERS, RBAC_GROUP, Policy, RequestAttributes
 
 Rule = Mapping[str, Any]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-from distributetrain.errors import InvalidInput
+from localcluster.errors import InvalidInput
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

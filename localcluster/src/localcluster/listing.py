@@ -18,10 +18,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster import tables
-from distributetrain.localcluster.registry import Resource
-from distributetrain.localcluster.selectors import (
+from localcluster import status as st
+from localcluster import tables
+from localcluster.registry import Resource
+from localcluster.selectors import (
     FieldSelector,
     LabelSelector,
     SelectorError,
@@ -31,7 +31,7 @@ from distributetrain.localcluster.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from distributetrain.localcluster.store import ADDED, BOOKMARK, ERROR, Entry, Gone, Key, Store
+from localcluster.store import ADDED, BOOKMARK, ERROR, Entry, Gone, Key, Store
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 IDLE_CHECK = 5.0  # how often an idle watch checks that its client is still connected

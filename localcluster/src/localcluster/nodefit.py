@@ -15,8 +15,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from distributetrain.quantity import parse_quantity
-from distributetrain.resources import holds_resources, pod_requests
+from localcluster.podresources import holds_resources, pod_requests
+from localcluster.quantity import parse_quantity
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from distributetrain.localcluster.registry import GROUP_VERSIONS, RESOURCES
+from localcluster.registry import GROUP_VERSIONS, RESOURCES
 
 Obj = dict[str, Any]
 _PARAM = {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from distributetrain.errors import InvalidQuantity
-from distributetrain.localcluster.fielderrors import (
+from localcluster.errors import InvalidQuantity
+from localcluster.fielderrors import (
     NOT_FOUND,
     Cause,
     duplicate,
@@ -20,8 +20,8 @@ from distributetrain.localcluster.fielderrors import (
     port_causes,
     required,
 )
-from distributetrain.localcluster.names import dns1123_label_errors
-from distributetrain.quantity import format_quantity, parse_quantity
+from localcluster.names import dns1123_label_errors
+from localcluster.quantity import format_quantity, parse_quantity
 
 _STANDARD_CONTAINER_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
 

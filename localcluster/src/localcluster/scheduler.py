@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributetrain.localcluster.nodefit import (
+from localcluster.nodefit import (
     NOT_READY_TAINT,
     NodeUsage,
     allocatable,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.localcluster.names import label_key_errors, label_value_errors
+from localcluster.names import label_key_errors, label_value_errors
 
 
 class SelectorError(ValueError):

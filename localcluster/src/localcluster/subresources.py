@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from distributetrain.localcluster import auth
-from distributetrain.localcluster import status as st
-from distributetrain.localcluster.auth import UserInfo
-from distributetrain.localcluster.bodies import decode_body
-from distributetrain.localcluster.registry import BY_KEY
+from localcluster import auth
+from localcluster import status as st
+from localcluster.auth import UserInfo
+from localcluster.bodies import decode_body
+from localcluster.registry import BY_KEY
 
 if TYPE_CHECKING:
-    from distributetrain.localcluster.api import ApiServer, Target
-    from distributetrain.localcluster.controllers import Controllers
-    from distributetrain.localcluster.runtime.base import PodRuntime
-    from distributetrain.localcluster.tokens import TokenAuthority
+    from localcluster.api import ApiServer, Target
+    from localcluster.controllers import Controllers
+    from localcluster.runtime.base import PodRuntime
+    from localcluster.tokens import TokenAuthority
 
 Obj = dict[str, Any]
 MAX_TOKEN_SECONDS = 48 * 3600
@@ -29,7 +29,7 @@ LOG_IDLE_CHECK = 5.0  # how often a quiet `logs -f` checks that its client is st
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    from distributetrain.localcluster.api import json_response
+    from localcluster.api import json_response
 
     return json_response(body, status=status)
 

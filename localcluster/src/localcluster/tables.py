@@ -10,7 +10,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from distributetrain.localcluster.registry import Resource
+from localcluster.registry import Resource
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int]  # (name, type, priority)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from distributetrain.localcluster.cluster import ClusterSpec, LocalCluster
-from distributetrain.localcluster.faults import Fault
-from distributetrain.localcluster.runtime.base import PodRuntime
-from distributetrain.localcluster.runtime.sim import Behavior, Predicate, SimRuntime
+from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.faults import Fault
+from localcluster.runtime.base import PodRuntime
+from localcluster.runtime.sim import Behavior, Predicate, SimRuntime
 
 T = TypeVar("T")
 ClientFactory = Callable[[str, Path, str], Any]

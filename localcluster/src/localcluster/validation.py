@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from distributetrain.localcluster.fielderrors import (
+from localcluster.fielderrors import (
     DUPLICATE,
     FORBIDDEN,
     INVALID,
@@ -30,7 +30,7 @@ from distributetrain.localcluster.fielderrors import (
     required,
     status_invalid,
 )
-from distributetrain.localcluster.names import (
+from localcluster.names import (
     config_key_errors,
     dns1035_label_errors,
     dns1123_label_errors,
@@ -39,7 +39,7 @@ from distributetrain.localcluster.names import (
     label_value_errors,
     path_segment_errors,
 )
-from distributetrain.localcluster.podvalidation import (
+from localcluster.podvalidation import (
     canonical_quantity,
     is_extended_resource,
     validate_pod_spec,

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from test_process_runtime import leftovers
 
-from distributetrain.localcluster.testing import TestCluster, kubectl_path
+from localcluster.testing import TestCluster, kubectl_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

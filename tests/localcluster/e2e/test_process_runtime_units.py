@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain.errors import InvalidInput
-from distributetrain.localcluster.images import (
+from localcluster.errors import InvalidInput
+from localcluster.images import (
     ImageConfig,
     ImageMapping,
     ImageRegistry,
@@ -16,21 +16,21 @@ from distributetrain.localcluster.images import (
     image_path,
     parse_dockerfile,
 )
-from distributetrain.localcluster.runtime import podstatus as ps
-from distributetrain.localcluster.runtime.netns import (
+from localcluster.runtime import podstatus as ps
+from localcluster.runtime.netns import (
     AddressPool,
     choose_second_octet,
     cidr_index,
     node_index,
 )
-from distributetrain.localcluster.runtime.podenv import (
+from localcluster.runtime.podenv import (
     NotReadyYet,
     container_env,
     expand,
     hosts_file,
     pod_hostname,
 )
-from distributetrain.localcluster.runtime.probes import ProbeTiming, ProbeTracker
+from localcluster.runtime.probes import ProbeTiming, ProbeTracker
 
 REPO = Path(__file__).resolve().parents[2]
 

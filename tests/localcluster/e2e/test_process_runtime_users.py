@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from test_process_runtime import StandInHost, cluster, phase, pod, read_logs, state
 
-from distributetrain.localcluster.runtime.process import ProcessRuntime
+from localcluster.runtime.process import ProcessRuntime
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="mount and PID namespaces need root")]

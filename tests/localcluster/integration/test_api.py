@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from distributetrain.localcluster.testing import wait_until
+from localcluster.testing import wait_until
 
 TOLERATE_ALL = [{"operator": "Exists"}]
 

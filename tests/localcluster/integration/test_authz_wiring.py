@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from distributetrain.localcluster import scheduler
-from distributetrain.localcluster.testing import wait_until
+from localcluster import scheduler
+from localcluster.testing import wait_until
 
 RBAC = "rbac.authorization.k8s.io"
 BOT = "system:serviceaccount:default:bot"

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from distributetrain.localcluster.runtime.sim import Behavior
+from localcluster.runtime.sim import Behavior
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 

@@ -1,4 +1,4 @@
-"""`distributetrain local up|status|down` as a user runs them: a background server, a kubeconfig that real
+"""`localcluster up|status|down` as a user runs them: a background server, a kubeconfig that real
 kubectl uses, and nothing left behind after `down`."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from distributetrain.localcluster.testing import kubectl_path
+from localcluster.testing import kubectl_path
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    command = str(Path(sys.executable).parent / "distributetrain")
+    command = str(Path(sys.executable).parent / "localcluster")
     return subprocess.run([command, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -26,7 +26,7 @@ def server_pids() -> set[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"distributetrain.localcluster\x00serve" in cmdline:
+        if b"localcluster\x00serve" in cmdline:
             found.add(int(entry.name))
     return found
 
@@ -35,14 +35,14 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     before = server_pids()
     pid = -1
     state = tmp_path / "cluster"
-    up = cli("local", "up", "--nodes", "4,2", "--dir", str(state), cwd=tmp_path)
+    up = cli("up", "--nodes", "4,2", "--dir", str(state), cwd=tmp_path)
     try:
         assert up.returncode == 0, up.stderr
         kubeconfig = state / "kubeconfig"
         assert f"export KUBECONFIG={kubeconfig}" in up.stdout
         pid = int((state / "pid").read_text())
         assert pid in server_pids() - before
-        status = cli("local", "status", "--dir", str(state), cwd=tmp_path)
+        status = cli("status", "--dir", str(state), cwd=tmp_path)
         assert status.returncode == 0 and f"pid {pid}" in status.stdout
         with tempfile.TemporaryDirectory() as cache:
             nodes = subprocess.run(
@@ -69,22 +69,22 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
             ["node-1", "4"],
             ["node-2", "2"],
         ]
-        again = cli("local", "up", "--dir", str(state), cwd=tmp_path)
+        again = cli("up", "--dir", str(state), cwd=tmp_path)
         assert again.returncode == 0 and "already running" in again.stdout
     finally:
-        down = cli("local", "down", "--dir", str(state), cwd=tmp_path)
+        down = cli("down", "--dir", str(state), cwd=tmp_path)
     assert down.returncode == 0 and "stopped" in down.stdout
     # other work on the machine may start its own servers meanwhile: ours is what must be gone
     assert pid not in server_pids()  # (a zombie awaiting its reaper has no command line)
     assert not state.exists()
-    status = cli("local", "status", "--dir", str(state), cwd=tmp_path)
+    status = cli("status", "--dir", str(state), cwd=tmp_path)
     assert status.returncode == 1 and "no local cluster running" in status.stdout
 
 
 def test_default_dir_and_bad_nodes(tmp_path: Path) -> None:
-    bad = cli("local", "up", "--nodes", "4,x", cwd=tmp_path)
+    bad = cli("up", "--nodes", "4,x", cwd=tmp_path)
     assert bad.returncode == 2 and "--nodes" in bad.stderr
     assert not (tmp_path / ".local-cluster").exists()
-    bad = cli("local", "up", "--cpu-nodes", "-1", cwd=tmp_path)
+    bad = cli("up", "--cpu-nodes", "-1", cwd=tmp_path)
     assert bad.returncode == 2 and "--cpu-nodes" in bad.stderr
     assert not (tmp_path / ".local-cluster").exists()

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from kubernetes import client
 
 from distributetrain.cli import main
-from distributetrain.localcluster.testing import wait_until
+from localcluster.testing import wait_until
 
 CONTAINER = {"name": "main", "image": "busybox:1.36"}
 

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from distributetrain.localcluster.testing import wait_until
+from localcluster.testing import wait_until
 
 
 @pytest.fixture

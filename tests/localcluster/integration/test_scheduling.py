@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from distributetrain.localcluster.testing import wait_until
+from localcluster.testing import wait_until
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 

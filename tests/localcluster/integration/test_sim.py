@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import wait_until
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import wait_until
 
 
 def pod(name: str, restart: str, containers: int = 1) -> dict[str, Any]:

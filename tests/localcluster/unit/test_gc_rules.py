@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster import gc
-from distributetrain.localcluster.gc import Delete, GcActions, ObjectKey, RemoveFinalizer, SetOwnerReferences
+from localcluster import gc
+from localcluster.gc import Delete, GcActions, ObjectKey, RemoveFinalizer, SetOwnerReferences
 
 NOW = "2026-01-01T00:00:00Z"
 

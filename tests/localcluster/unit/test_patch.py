@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from localcluster.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 
 
 def c(name: str, **fields: Any) -> dict[str, Any]:

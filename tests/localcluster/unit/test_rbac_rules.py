@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster import auth, escalation, rbac
-from distributetrain.localcluster.rbac import Decision, RequestAttributes
+from localcluster import auth, escalation, rbac
+from localcluster.rbac import Decision, RequestAttributes
 
 G = "rbac.authorization.k8s.io"
 SA = "system:serviceaccount:team:trainer"

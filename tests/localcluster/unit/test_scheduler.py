@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster.scheduler import (
+from localcluster.scheduler import (
     AdmitResult,
     ScheduleResult,
     admit,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster import selectors
-from distributetrain.localcluster.selectors import (
+from localcluster import selectors
+from localcluster.selectors import (
     FieldRequirement,
     FieldSelector,
     LabelSelector,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from distributetrain.localcluster import names, validation
-from distributetrain.localcluster.validation import Cause
+from localcluster import names, validation
+from localcluster.validation import Cause
 
 SUBDOMAIN = names.SUBDOMAIN_MSG
 REQ = "FieldValueRequired"

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distributetrain import naming
-from distributetrain.localcluster.images import DEFAULT_PATH, ImageConfig, ImageRegistry, container_argv
-from distributetrain.localcluster.runtime.base import RuntimeHost
-from distributetrain.localcluster.runtime.podenv import container_args, container_env
-from distributetrain.localcluster.runtime.pods import ContainerRun, PodRun
-from distributetrain.localcluster.runtime.runas import RunAs, image_directories, run_as
-from distributetrain.localcluster.runtime.volumes import (
+from localcluster.images import DEFAULT_PATH, ImageConfig, ImageRegistry, container_argv
+from localcluster.podresources import GPU_RESOURCE
+from localcluster.quantity import parse_count
+from localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.podenv import container_args, container_env
+from localcluster.runtime.pods import ContainerRun, PodRun
+from localcluster.runtime.runas import RunAs, image_directories, run_as
+from localcluster.runtime.volumes import (
     SA_MOUNT_PATH,
     Mount,
     PodContext,
@@ -23,9 +24,7 @@ from distributetrain.localcluster.runtime.volumes import (
     service_account_files,
     wants_service_account,
 )
-from distributetrain.quantity import parse_count
 
-GPU_RESOURCE = naming.DEFAULT_RESOURCE
 SA_VOLUME_KEY = "\0serviceaccount"  # cannot clash with a volume name
 
 

@@ -28,7 +28,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributetrain.errors import InvalidInput
+from localcluster.errors import InvalidInput
 
 BRIDGE_PREFIX = "dtb"
 VETH_PREFIX = "dtv"

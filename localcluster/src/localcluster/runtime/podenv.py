@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
-from distributetrain.localcluster.images import DEFAULT_PATH
-from distributetrain.quantity import parse_quantity
+from localcluster.images import DEFAULT_PATH
+from localcluster.quantity import parse_quantity
 
 __all__ = ["DEFAULT_PATH", "NotReadyYet", "container_args", "container_env", "hosts_file", "pod_hostname"]
 

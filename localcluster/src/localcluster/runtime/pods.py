@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distributetrain.localcluster.images import ImageRegistry
-from distributetrain.localcluster.runtime import podstatus as ps
-from distributetrain.localcluster.runtime.netns import PodNetwork
-from distributetrain.localcluster.runtime.podenv import hosts_file, pod_hostname
+from localcluster.images import ImageRegistry
+from localcluster.runtime import podstatus as ps
+from localcluster.runtime.netns import PodNetwork
+from localcluster.runtime.podenv import hosts_file, pod_hostname
 
 
 @dataclass

@@ -21,17 +21,17 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from distributetrain.errors import InvalidInput
-from distributetrain.localcluster.images import ImageRegistry
-from distributetrain.localcluster.runtime import podstatus as ps
-from distributetrain.localcluster.runtime.base import RuntimeHost
-from distributetrain.localcluster.runtime.forward import TcpForwarder
-from distributetrain.localcluster.runtime.launch import Launcher
-from distributetrain.localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
-from distributetrain.localcluster.runtime.podenv import NotReadyYet
-from distributetrain.localcluster.runtime.pods import ContainerRun, PodRun
-from distributetrain.localcluster.runtime.probes import checker, run_probe
-from distributetrain.localcluster.runtime.runas import ContainerConfigError
+from localcluster.errors import InvalidInput
+from localcluster.images import ImageRegistry
+from localcluster.runtime import podstatus as ps
+from localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.forward import TcpForwarder
+from localcluster.runtime.launch import Launcher
+from localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
+from localcluster.runtime.podenv import NotReadyYet
+from localcluster.runtime.pods import ContainerRun, PodRun
+from localcluster.runtime.probes import checker, run_probe
+from localcluster.runtime.runas import ContainerConfigError
 
 log = logging.getLogger(__name__)
 

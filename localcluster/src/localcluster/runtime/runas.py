@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain.localcluster.images import REPO_ROOT
+from localcluster.images import REPO_ROOT
 
 
 class ContainerConfigError(Exception):

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributetrain.localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.base import RuntimeHost
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from distributetrain.localcluster.runtime.podenv import Getter, NotReadyYet, field_value, resource_value
+from localcluster.runtime.podenv import Getter, NotReadyYet, field_value, resource_value
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_VOLUME = "kube-api-access"
