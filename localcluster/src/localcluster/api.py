@@ -1,9 +1,11 @@
-"""The HTTP face of the local API server: paths, authentication, authorization, verbs and Status answers.
+"""The HTTP face of the local API server: authentication, authorization, the verbs on stored objects and
+Status answers.
 
-One catch-all aiohttp route parses the path the way the real server's router does
-(`/api/v1/namespaces/NS/pods/NAME/log`, `/apis/GROUP/VERSION/...`), so unknown paths, groups and resources all
-get the real 404 Status instead of aiohttp's HTML. Objects are read from and written to the Store; everything
-that happens after a write (scheduling, kubelets, garbage collection, graceful deletion) is the controllers'.
+One catch-all aiohttp route takes every request. targets.py parses its path the way the real server's router
+does, so unknown paths, groups and resources all get the real 404 Status instead of aiohttp's HTML; paths that
+name no resource are discovery.py's, subresources and review resources subresources.py's, request bodies
+bodies.py's. Objects are read from and written to the Store; everything that happens after a write
+(scheduling, kubelets, garbage collection, graceful deletion) is the controllers'.
 """
 
 from __future__ import annotations
@@ -12,120 +14,40 @@ import asyncio
 import copy
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from localcluster import defaults, openapi, registry, tables
+from localcluster import defaults, tables
 from localcluster import status as st
 from localcluster.access import Access, Attributes
 from localcluster.admission import check_escalation, validate
 from localcluster.auth import UserInfo
 from localcluster.bodies import (
     APPLY,
-    PROTOBUF,
+    MAX_BODY,
     STRATEGIC,
     apply_patch,
-    decode_body,
-    decode_protobuf,
+    delete_options,
     parse_yaml_or_json,
     patch_object,
     read_limited,
+    read_object,
 )
+from localcluster.controllers import Controllers
+from localcluster.discovery import SERVER_VERSION, non_resource
+from localcluster.faults import Faults
 from localcluster.listing import ListQuery, list_response, parse_list_query, serve_watch
 from localcluster.registry import Resource
+from localcluster.responses import json_response, raw_response, status_response
 from localcluster.store import AlreadyExists, Conflict, NotFound, Store
-
-if TYPE_CHECKING:
-    from localcluster.controllers import Controllers
-    from localcluster.faults import Faults
-    from localcluster.subresources import Subresources
+from localcluster.subresources import Subresources
+from localcluster.targets import Target, parse_target, stored, verb_of
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 3 * 1024 * 1024
-SERVER_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-distributetrain", "gitCommit": "local",
-                  "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
-                  "compiler": "gc", "platform": "linux/amd64"}
-_PUBLIC = frozenset({"/healthz", "/readyz", "/livez", "/version", "/version/"})
-_AGGREGATED = "as=APIGroupDiscoveryList"
 Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A parsed resource path."""
-
-    resource: Resource
-    namespace: str | None
-    name: str | None
-    subresource: str | None
-    watch_path: bool  # the legacy /api/v1/watch/... form
-
-
-def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
-                        headers=headers)
-
-
-def raw_response(raw: bytes, *, status: int = 200) -> web.Response:
-    return web.Response(body=raw, status=status, content_type="application/json")
-
-
-def status_response(error: st.ApiStatus) -> web.Response:
-    return json_response(error.body(), status=error.code, headers=error.headers or None)
-
-
-def parse_target(path: str) -> Target | None:
-    """None when the path names no resource this server knows (a 404)."""
-    parts = [p for p in path.split("/") if p]
-    if len(parts) < 3:
-        return None
-    if parts[0] == "api":
-        group, version, rest = "", parts[1], parts[2:]
-    elif parts[0] == "apis" and len(parts) >= 4:
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        return None
-    if not registry.group_known(group, version):
-        return None
-    watch_path = bool(rest) and rest[0] == "watch"
-    if watch_path:
-        rest = rest[1:]
-    namespace: str | None = None
-    if len(rest) >= 3 and rest[0] == "namespaces":
-        inner = registry.lookup(group, version, rest[2])
-        if inner is not None and inner.namespaced:
-            namespace, rest = rest[1], rest[2:]
-    if not rest or len(rest) > 3:
-        return None
-    resource = registry.lookup(group, version, rest[0])
-    if resource is None or (resource.namespaced and namespace is None and len(rest) > 1):
-        return None
-    name = rest[1] if len(rest) > 1 else None
-    sub = rest[2] if len(rest) > 2 else None
-    if sub is not None and sub not in resource.subresources:
-        return None
-    return Target(resource, namespace, name, sub, watch_path)
-
-
-def verb_of(method: str, target: Target, query: dict[str, str]) -> str:
-    watching = target.watch_path or query.get("watch") in ("true", "1")
-    if method in ("GET", "HEAD"):
-        if target.name is None:
-            return "watch" if watching else "list"
-        return "watch" if watching else "get"
-    if method == "POST":
-        return "create"
-    if method == "PUT":
-        return "update"
-    if method == "PATCH":
-        return "patch"
-    if method == "DELETE":
-        return "delete" if target.name is not None else "deletecollection"
-    raise st.method_not_allowed()
 
 
 class ApiServer:
@@ -173,7 +95,7 @@ class ApiServer:
         query = dict(request.query)
         target = parse_target(path)
         if target is None:
-            return self._non_resource(request, user)
+            return non_resource(request, user, access=self.access, server_address=self.server_address)
         verb = verb_of(request.method, target, query)
         attrs = Attributes(verb=verb, group=target.resource.group, resource=target.resource.plural,
                            subresource=target.subresource or "", namespace=target.namespace or "",
@@ -189,54 +111,14 @@ class ApiServer:
         if verb not in target.resource.verbs and target.subresource is None:
             raise st.method_not_allowed()
         if target.subresource is not None and target.subresource not in ("status",):
-            return await self.subresources.handle(request, target, user, self)
+            return await self.subresources.handle(request, target)
         handler: dict[str, Callable[[web.Request, Target, UserInfo], Awaitable[web.StreamResponse]]] = {
             "get": self._get, "list": self._list, "watch": self._watch, "create": self._create,
             "update": self._update, "patch": self._patch, "delete": self._delete,
             "deletecollection": self._delete_collection}
         return await handler[verb](request, target, user)
 
-    # ---- non-resource paths --------------------------------------------------------------------------------
-    def _non_resource(self, request: web.Request, user: UserInfo) -> web.Response:
-        path = request.path.rstrip("/") or "/"
-        if request.method not in ("GET", "HEAD"):
-            raise st.no_such_path() if not path.startswith(("/api", "/apis")) else st.method_not_allowed()
-        self.access.authorize_path(user, path, "get")
-        aggregated = _AGGREGATED in request.headers.get("Accept", "")
-        if path == "/api":
-            if aggregated:
-                return _aggregated(registry.aggregated_discovery(legacy=True))
-            return json_response(registry.api_versions(self.server_address))
-        if path == "/apis":
-            if aggregated:
-                return _aggregated(registry.aggregated_discovery(legacy=False))
-            return json_response(registry.api_group_list())
-        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-            doc = openapi.lookup(path)
-            if doc is None:
-                raise st.no_such_path()
-            return json_response(doc)
-        parts = path.strip("/").split("/")
-        if parts[0] == "api" and len(parts) == 2 and parts[1] == "v1":
-            return json_response(registry.resource_list("", "v1"))
-        if parts[0] == "apis" and len(parts) == 2 and parts[1] in registry.GROUP_VERSIONS:
-            return json_response(registry.api_group(parts[1]))
-        if parts[0] == "apis" and len(parts) == 3 and registry.group_known(parts[1], parts[2]):
-            return json_response(registry.resource_list(parts[1], parts[2]))
-        if path in ("/", "/paths"):
-            return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz",
-                                            "/version", *sorted(f"/apis/{g}/{v}" for g, v in
-                                                                registry.GROUP_VERSIONS.items() if g)]})
-        raise st.no_such_path()
-
     # ---- reading -------------------------------------------------------------------------------------------
-    def current(self, target: Target) -> Obj:
-        assert target.name is not None
-        obj = self.store.get(target.resource.key, target.namespace, target.name)
-        if obj is None:
-            raise st.not_found(target.resource.plural, target.name, target.resource.group)
-        return obj
-
     async def _get(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         assert target.name is not None
         entry = self.store.entry(target.resource.key, target.namespace, target.name)
@@ -271,41 +153,13 @@ class ApiServer:
                                  bookmark_interval=self.bookmark_interval)
 
     # ---- writing -------------------------------------------------------------------------------------------
-    async def read_object(self, request: web.Request, target: Target, *, kind: str | None = None,
-                          api_version: str | None = None) -> Obj:
-        obj = await decode_body(request, MAX_BODY)
-        if not isinstance(obj, dict):
-            raise st.bad_request("the object provided is unrecognized: expected a JSON object")
-        want_kind = kind or target.resource.kind
-        want_version = api_version or target.resource.api_version
-        if obj.get("kind") not in (None, "", want_kind):
-            raise st.bad_request(f"the object provided is unrecognized (must be of type {want_kind}): "
-                                 f"kind {obj.get('kind')!r} is not {want_kind!r}")
-        if obj.get("apiVersion") not in (None, "", want_version):
-            raise st.bad_request(f"the API version in the data ({obj.get('apiVersion')}) does not match the "
-                                 f"expected API version ({want_version})")
-        obj["kind"], obj["apiVersion"] = want_kind, want_version
-        meta = obj.get("metadata")
-        if meta is None:
-            meta = obj["metadata"] = {}
-        if not isinstance(meta, dict):
-            raise st.bad_request("metadata: expected an object")
-        if target.resource.namespaced and kind is None:
-            if meta.get("namespace") not in (None, "", target.namespace):
-                raise st.bad_request("the namespace of the provided object does not match the namespace sent "
-                                     "on the request")
-            meta["namespace"] = target.namespace
-        elif kind is None:
-            meta.pop("namespace", None)
-        return obj
-
     async def _create(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         r = target.resource
         if target.name is not None:
             raise st.method_not_allowed()
         if not r.stored:
-            return await self.subresources.review(request, target, user, self)
-        return self._create_object(request, target, await self.read_object(request, target), user)
+            return await self.subresources.review(request, target, user)
+        return self._create_object(request, target, await read_object(request, target), user)
 
     def _create_object(self, request: web.Request, target: Target, obj: Obj, user: UserInfo) -> web.Response:
         r = target.resource
@@ -367,12 +221,12 @@ class ApiServer:
     async def _update(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         if target.name is None:
             raise st.method_not_allowed()
-        obj = await self.read_object(request, target)
+        obj = await read_object(request, target)
         if obj["metadata"].get("name") not in (None, "", target.name):
             raise st.bad_request(f"the name of the object ({obj['metadata'].get('name')}) does not match the "
                                  f"name on the URL ({target.name})")
         obj["metadata"]["name"] = target.name
-        current = self.current(target)
+        current = stored(self.store, target)
         return self._replace(request, target, obj, current, user)
 
     def _replace(self, request: web.Request, target: Target, obj: Obj, current: Obj,
@@ -401,7 +255,7 @@ class ApiServer:
             raise st.method_not_allowed()
         if request.headers.get("Content-Type", "").split(";")[0].strip() == APPLY:
             return await self._apply(request, target, user)
-        current = self.current(target)
+        current = stored(self.store, target)
         patched = await patch_object(request, current, MAX_BODY)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise st.bad_request("the patch produced an object without metadata")
@@ -450,39 +304,11 @@ class ApiServer:
             obj["metadata"]["namespace"] = target.namespace
         return obj
 
-    async def delete_options(self, request: web.Request) -> Obj:
-        options: Obj = {}
-        if request.can_read_body:
-            body = await read_limited(request, MAX_BODY)
-            if body.strip():
-                if request.headers.get("Content-Type", "").startswith(PROTOBUF):
-                    parsed = decode_protobuf(body)
-                else:
-                    try:
-                        parsed = orjson.loads(body)
-                    except orjson.JSONDecodeError as error:
-                        raise st.bad_request(f"DeleteOptions: {error}") from None
-                if isinstance(parsed, dict):
-                    options = parsed
-        for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
-            if key in request.query:
-                options[key] = request.query[key]
-        if "gracePeriodSeconds" in options:
-            try:
-                options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
-            except (TypeError, ValueError):
-                raise st.bad_request("gracePeriodSeconds must be an integer") from None
-        policy = options.get("propagationPolicy")
-        if policy not in (None, "Orphan", "Background", "Foreground"):
-            raise st.bad_request(f"propagationPolicy: Unsupported value: {policy!r}: supported values: "
-                                 '"Foreground", "Background", "Orphan"')
-        return options
-
     async def _delete(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         r = target.resource
         assert target.name is not None
-        current = self.current(target)
-        options = await self.delete_options(request)
+        current = stored(self.store, target)
+        options = await delete_options(request)
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != current["metadata"]["uid"]:
             raise st.conflict(r.plural, target.name, r.group,
@@ -505,7 +331,7 @@ class ApiServer:
                                  user: UserInfo) -> web.StreamResponse:
         r = target.resource
         query = parse_list_query(r, request.query)
-        options = await self.delete_options(request)
+        options = await delete_options(request)
         items, _ = self._select(target, ListQuery(query.labels, query.fields, query.label_text,
                                                   query.field_text, None, None, None))
         deleted = []
@@ -519,8 +345,3 @@ class ApiServer:
                               "metadata": {"resourceVersion": str(self.store.resource_version)},
                               "items": deleted})
 
-
-def _aggregated(doc: Obj) -> web.Response:
-    return web.Response(body=orjson.dumps(doc), status=200,
-                        headers={"Content-Type": "application/json;g=apidiscovery.k8s.io;v=v2;"
-                                                 "as=APIGroupDiscoveryList"})

@@ -1,4 +1,5 @@
-"""Request bodies: size limit, media types, JSON/YAML decoding, and the three patch kinds."""
+"""Request bodies: size limit, media types, JSON/YAML/protobuf decoding, the object a write sends (checked
+against its path), DeleteOptions, and the three patch kinds."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from localcluster import protobuf
 from localcluster import status as st
+from localcluster.targets import Target
 
 JSON_TYPES = ("application/json", "")
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -20,6 +22,7 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
+MAX_BODY = 3 * 1024 * 1024
 
 
 async def read_limited(request: web.Request, limit: int) -> bytes:
@@ -59,6 +62,67 @@ async def decode_body(request: web.Request, limit: int) -> Any:
     if media not in JSON_TYPES and media not in YAML_TYPES:
         raise st.unsupported_media(media, ACCEPTED)
     return _decode(await read_limited(request, limit), media)
+
+
+async def read_object(request: web.Request, target: Target, *, kind: str | None = None,
+                      api_version: str | None = None) -> dict[str, Any]:
+    """The object a create or update sends: its kind and apiVersion those of the target's resource (or the
+    given ones, for a subresource's body), its namespace the one on the path."""
+    obj = await decode_body(request, MAX_BODY)
+    if not isinstance(obj, dict):
+        raise st.bad_request("the object provided is unrecognized: expected a JSON object")
+    want_kind = kind or target.resource.kind
+    want_version = api_version or target.resource.api_version
+    if obj.get("kind") not in (None, "", want_kind):
+        raise st.bad_request(f"the object provided is unrecognized (must be of type {want_kind}): "
+                             f"kind {obj.get('kind')!r} is not {want_kind!r}")
+    if obj.get("apiVersion") not in (None, "", want_version):
+        raise st.bad_request(f"the API version in the data ({obj.get('apiVersion')}) does not match the "
+                             f"expected API version ({want_version})")
+    obj["kind"], obj["apiVersion"] = want_kind, want_version
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = obj["metadata"] = {}
+    if not isinstance(meta, dict):
+        raise st.bad_request("metadata: expected an object")
+    if target.resource.namespaced and kind is None:
+        if meta.get("namespace") not in (None, "", target.namespace):
+            raise st.bad_request("the namespace of the provided object does not match the namespace sent "
+                                 "on the request")
+        meta["namespace"] = target.namespace
+    elif kind is None:
+        meta.pop("namespace", None)
+    return obj
+
+
+async def delete_options(request: web.Request) -> dict[str, Any]:
+    """DeleteOptions from the body (JSON or protobuf) and the query, which wins."""
+    options: dict[str, Any] = {}
+    if request.can_read_body:
+        body = await read_limited(request, MAX_BODY)
+        if body.strip():
+            if request.headers.get("Content-Type", "").startswith(PROTOBUF):
+                parsed = decode_protobuf(body)
+            else:
+                try:
+                    parsed = orjson.loads(body)
+                except orjson.JSONDecodeError as error:
+                    raise st.bad_request(f"DeleteOptions: {error}") from None
+            if isinstance(parsed, dict):
+                options = parsed
+    for key in ("gracePeriodSeconds", "propagationPolicy", "orphanDependents"):
+        if key in request.query:
+            options[key] = request.query[key]
+    if "gracePeriodSeconds" in options:
+        try:
+            options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
+        except (TypeError, ValueError):
+            raise st.bad_request("gracePeriodSeconds must be an integer") from None
+    policy = options.get("propagationPolicy")
+    if policy not in (None, "Orphan", "Background", "Foreground"):
+        raise st.bad_request(f"propagationPolicy: Unsupported value: {policy!r}: supported values: "
+                             '"Foreground", "Background", "Orphan"')
+    return options
 
 
 def decode_protobuf(raw: bytes) -> Any:

@@ -208,7 +208,8 @@ class LocalCluster:
         self.controllers = Controllers(store=self.store, runtime=self.runtime)
         self.controllers.start()
         access = Access(store=self.store, tokens=self.tokens)
-        subresources = Subresources(controllers=self.controllers, runtime=self.runtime, tokens=self.tokens)
+        subresources = Subresources(store=self.store, access=access, controllers=self.controllers,
+                                    runtime=self.runtime, tokens=self.tokens)
         self._hosts = list(dict.fromkeys([self.spec.bind_host, *([pod_api_host] if pod_api_host else [])]))
         if self.api_port == 0:
             self.api_port = _free_port(self.spec.bind_host)

@@ -13,12 +13,15 @@ from aiohttp import web
 
 from localcluster import auth
 from localcluster import status as st
+from localcluster.access import Access
 from localcluster.auth import UserInfo
-from localcluster.bodies import decode_body
+from localcluster.bodies import MAX_BODY, decode_body, read_object
 from localcluster.registry import BY_KEY
+from localcluster.responses import json_response
+from localcluster.store import Store
+from localcluster.targets import Target, stored
 
 if TYPE_CHECKING:
-    from localcluster.api import ApiServer, Target
     from localcluster.controllers import Controllers
     from localcluster.runtime.base import PodRuntime
     from localcluster.tokens import TokenAuthority
@@ -29,8 +32,6 @@ LOG_IDLE_CHECK = 5.0  # how often a quiet `logs -f` checks that its client is st
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    from localcluster.api import json_response
-
     return json_response(body, status=status)
 
 
@@ -64,39 +65,44 @@ async def _until_gone(request: web.Request, stream: AsyncIterator[bytes]) -> Asy
 
 
 class Subresources:
-    def __init__(self, *, controllers: Controllers, runtime: PodRuntime, tokens: TokenAuthority) -> None:
+    """Answers for the subresources and the create-only review resources; the API server (api.py) has
+    authenticated and authorised the request and hands over its parsed target."""
+
+    def __init__(self, *, store: Store, access: Access, controllers: Controllers, runtime: PodRuntime,
+                 tokens: TokenAuthority) -> None:
+        self.store = store
+        self.access = access
         self.controllers = controllers
         self.runtime = runtime
         self.tokens = tokens
 
-    async def handle(self, request: web.Request, target: Target, user: UserInfo,
-                     server: ApiServer) -> web.StreamResponse:
+    async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
         sub = target.subresource
         if sub == "log" and request.method == "GET":
-            return await self.log(request, target, server)
+            return await self.log(request, target)
         if sub == "binding" and request.method == "POST":
-            return await self.binding(request, target, server)
+            return await self.binding(request, target)
         if sub == "eviction" and request.method == "POST":
-            return await self.eviction(request, target, server)
+            return await self.eviction(request, target)
         if sub == "token" and request.method == "POST":
-            return await self.token(request, target, server)
+            return await self.token(request, target)
         if sub == "finalize" and request.method == "PUT":
-            obj = await server.read_object(request, target)
-            current = server.current(target)
+            obj = await read_object(request, target)
+            current = stored(self.store, target)
             current_finalizers = (obj.get("spec") or {}).get("finalizers") or []
 
             def change(o: Obj) -> None:
                 o.setdefault("spec", {})["finalizers"] = current_finalizers
 
             assert target.name is not None
-            return _json(server.store.mutate("namespaces", None, current["metadata"]["name"], change))
+            return _json(self.store.mutate("namespaces", None, current["metadata"]["name"], change))
         if sub == "ephemeralcontainers" and request.method == "GET":
-            return _json(server.current(target))
+            return _json(stored(self.store, target))
         raise st.method_not_allowed()
 
     # ---- pods/log ------------------------------------------------------------------------------------------
-    async def log(self, request: web.Request, target: Target, server: ApiServer) -> web.StreamResponse:
-        pod = server.current(target)
+    async def log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        pod = stored(self.store, target)
         q = request.query
         containers = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or []]
         container = q.get("container") or ""
@@ -139,12 +145,12 @@ class Subresources:
         return response
 
     # ---- pods/binding and bindings -----------------------------------------------------------------------
-    async def binding(self, request: web.Request, target: Target, server: ApiServer) -> web.Response:
-        body = await server.read_object(request, target, kind="Binding", api_version="v1")
-        pod = server.current(target)
-        return self._bind(pod, body, server)
+    async def binding(self, request: web.Request, target: Target) -> web.Response:
+        body = await read_object(request, target, kind="Binding", api_version="v1")
+        pod = stored(self.store, target)
+        return self._bind(pod, body)
 
-    def _bind(self, pod: Obj, body: Obj, server: ApiServer) -> web.Response:
+    def _bind(self, pod: Obj, body: Obj) -> web.Response:
         node = (body.get("target") or {}).get("name")
         if not node:
             raise st.invalid("Binding", pod["metadata"]["name"], [
@@ -156,28 +162,27 @@ class Subresources:
         self.controllers.bind(pod, node)
         return _json(st.success(resource="pods/binding", name=pod["metadata"]["name"]), status=201)
 
-    async def bindings_create(self, request: web.Request, target: Target, server: ApiServer) -> web.Response:
-        body = await server.read_object(request, target, kind="Binding", api_version="v1")
+    async def bindings_create(self, request: web.Request, target: Target) -> web.Response:
+        body = await read_object(request, target, kind="Binding", api_version="v1")
         name = (body.get("metadata") or {}).get("name", "")
-        pod = server.store.get("pods", target.namespace, name)
+        pod = self.store.get("pods", target.namespace, name)
         if pod is None:
             raise st.not_found("pods", name)
-        return self._bind(pod, body, server)
+        return self._bind(pod, body)
 
     # ---- pods/eviction ------------------------------------------------------------------------------------
-    async def eviction(self, request: web.Request, target: Target, server: ApiServer) -> web.Response:
-        body = await decode_body(request, 3 * 1024 * 1024)
-        pod = server.current(target)
+    async def eviction(self, request: web.Request, target: Target) -> web.Response:
+        body = await decode_body(request, MAX_BODY)
+        pod = stored(self.store, target)
         options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
         self.controllers.delete(BY_KEY["pods"], pod, options)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                      status=201)
 
     # ---- serviceaccounts/token ----------------------------------------------------------------------------
-    async def token(self, request: web.Request, target: Target, server: ApiServer) -> web.Response:
-        body = await server.read_object(request, target, kind="TokenRequest",
-                                        api_version="authentication.k8s.io/v1")
-        sa = server.current(target)
+    async def token(self, request: web.Request, target: Target) -> web.Response:
+        body = await read_object(request, target, kind="TokenRequest", api_version="authentication.k8s.io/v1")
+        sa = stored(self.store, target)
         spec = body.get("spec") or {}
         seconds = int(spec.get("expirationSeconds") or 3600)
         if seconds < 600:
@@ -196,13 +201,12 @@ class Subresources:
         return _json(answer, status=201)
 
     # ---- review resources (create-only, nothing stored) ----------------------------------------------------
-    async def review(self, request: web.Request, target: Target, user: UserInfo,
-                     server: ApiServer) -> web.Response:
+    async def review(self, request: web.Request, target: Target, user: UserInfo) -> web.Response:
         r = target.resource
         if r.plural == "bindings":
-            return await self.bindings_create(request, target, server)
-        body = await server.read_object(request, target, kind=r.kind, api_version=r.api_version)
-        policy = server.access.policy
+            return await self.bindings_create(request, target)
+        body = await read_object(request, target, kind=r.kind, api_version=r.api_version)
+        policy = self.access.policy
         try:
             if r.plural == "selfsubjectaccessreviews":
                 return _json(auth.self_subject_access_review(body, user, policy), status=201)
