@@ -1,6 +1,6 @@
 """What happens after a write: the scheduler, the kubelets' admission, graceful pod deletion, namespace
-cleanup, finalizers and garbage collection. The decisions are the pure modules' (scheduler, gc); this module
-only watches the store and applies them.
+cleanup and finalizers; garbage collection is collector.py's. The decisions are the pure modules' (scheduler,
+gc); this module only watches the store and applies them.
 
 Store listeners run synchronously inside a write, so they never write back; they queue work that the event
 loop runs right after.
@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import copy
 import datetime
-import functools
 import logging
 import secrets
 from collections.abc import Coroutine
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from localcluster import gc, nodefit, scheduler
 from localcluster import status as st
+from localcluster.collector import GarbageCollector
 from localcluster.podresources import TERMINAL_PHASES, holds_resources
 from localcluster.registry import BY_KEY, RESOURCES, Resource
 from localcluster.store import ADDED, DELETED, MODIFIED, Event, NotFound, Store, now_iso
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
-OBJ_KEY = tuple[str, str, str]  # (resource key, namespace, name)
-_GC_FINALIZERS = frozenset({gc.FOREGROUND_FINALIZER, gc.ORPHAN_FINALIZER})
-# an ownerReference to a kind this server does not serve cannot be resolved: leave its dependent alone
-_SERVED_KINDS = frozenset(r.kind for r in RESOURCES if r.stored)
 
 
 def _later(seconds: float) -> str:
@@ -51,16 +47,14 @@ class Controllers:
         self._pending: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of unbound pods
         self._last_message: dict[str, str] = {}  # uid -> last FailedScheduling message
         self._schedule_wake = asyncio.Event()
-        self._gc_queue: list[str] = []           # owner uids to look at
-        self._gc_wake = asyncio.Event()
-        self._dependents: dict[str, set[OBJ_KEY]] = {}  # owner uid -> dependents
-        self._uids: dict[str, OBJ_KEY] = {}      # uid -> key, for every live object that may own others
+        self.collector = GarbageCollector(store=store, delete=self.delete, after_update=self.after_update)
         self._loops: list[asyncio.Task[Any]] = []
         self._usage: dict[str, nodefit.NodeUsage] = {}  # node -> what its resource-holding pods take
         store.add_listener(self._on_event)
 
     def start(self) -> None:
-        self._loops = [asyncio.ensure_future(self._scheduler_loop()), asyncio.ensure_future(self._gc_loop())]
+        self._loops = [asyncio.ensure_future(self._scheduler_loop()),
+                       asyncio.ensure_future(self.collector.run())]
 
     async def stop(self) -> None:
         for task in [*self._loops, *self._tasks]:
@@ -81,23 +75,13 @@ class Controllers:
     def _on_event(self, event: Event) -> None:
         obj = event.new.obj
         meta = obj["metadata"]
-        uid = meta.get("uid", "")
-        self._index_owners(event)
+        self.collector.on_event(event)
         if event.resource == "pods":
-            self._on_pod(event, obj, uid)
+            self._on_pod(event, obj, meta.get("uid", ""))
         elif event.resource == "nodes":
             self._schedule_wake.set()
         elif event.resource == "namespaces" and event.type == ADDED:
             self.spawn(self._default_service_account(meta["name"]))
-        gc_finalizing = event.type == MODIFIED and bool(meta.get("deletionTimestamp")) and bool(
-            set(meta.get("finalizers") or ()) & _GC_FINALIZERS)
-        if (event.type == DELETED and uid in self._dependents) or gc_finalizing:
-            self._queue_gc(uid)
-        if event.type == DELETED:
-            # an owner deleting in the foreground waits for this dependent
-            for ref in meta.get("ownerReferences") or []:
-                if ref.get("uid") in self._uids:
-                    self._queue_gc(ref["uid"])
 
     def _on_pod(self, event: Event, pod: Obj, uid: str) -> None:
         spec = pod.get("spec") or {}
@@ -302,7 +286,7 @@ class Controllers:
             return marked, False
         if finalizers:
             marked = self._mark_deleting(r, current, finalizers)
-            self._queue_gc(meta.get("uid", ""))
+            self.collector.queue(meta.get("uid", ""))
             return marked, False
         return self._remove(r, namespace, name), True
 
@@ -380,128 +364,7 @@ class Controllers:
             self.store.create("serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
                                                   "metadata": {"name": "default", "namespace": namespace}})
 
-    # ---- garbage collection --------------------------------------------------------------------------------
-    def _index_owners(self, event: Event) -> None:
-        meta = event.new.obj["metadata"]
-        key = (event.resource, meta.get("namespace") or "", meta["name"])
-        uid = meta.get("uid", "")
-        old_refs = {r.get("uid") for r in (event.old.obj["metadata"].get("ownerReferences") or [])} if (
-            event.old is not None) else set()
-        new_refs = set() if event.type == DELETED else {r.get("uid")
-                                                         for r in meta.get("ownerReferences") or []}
-        for owner in old_refs - new_refs:
-            dependents = self._dependents.get(owner)
-            if dependents is not None:
-                dependents.discard(key)
-                if not dependents:
-                    del self._dependents[owner]
-        for owner in new_refs - old_refs:
-            self._dependents.setdefault(owner, set()).add(key)
-            if owner not in self._uids:
-                # the owner does not exist (or not yet): the real collector deletes such orphans
-                self._queue_gc(owner)
-        if event.type == DELETED:
-            self._uids.pop(uid, None)
-        else:
-            self._uids[uid] = key
-
-    def _has_dependents(self, uid: str | None) -> bool:
-        return bool(uid) and bool(self._dependents.get(uid or ""))
-
-    def _queue_gc(self, uid: str) -> None:
-        self._gc_queue.append(uid)
-        self._gc_wake.set()
-
-    async def _gc_loop(self) -> None:
-        while True:
-            await self._gc_wake.wait()
-            self._gc_wake.clear()
-            # let a burst of writes settle (an owner created right after its dependent)
-            await asyncio.sleep(0.05)
-            queue, self._gc_queue = self._gc_queue, []
-            for uid in dict.fromkeys(queue):
-                try:
-                    self.collect(uid)
-                except Exception:
-                    log.exception("garbage collection of %s failed", uid)
-
-    def _closure(self, uids: set[str]) -> list[Obj]:
-        """The objects one gc pass must see (gc.collect's contract): these and their dependents, every owner
-        of anything in the set, and every dependent of an owner in the set that is being deleted with
-        finalizers (else a foreground owner would look unblocked, or an orphaning owner orphan only some)."""
-        keys: set[OBJ_KEY] = set()
-        objs: dict[OBJ_KEY, Obj] = {}
-        todo: list[OBJ_KEY] = []
-
-        def add(key: OBJ_KEY) -> None:
-            if key not in keys:
-                keys.add(key)
-                todo.append(key)
-
-        for uid in uids:
-            if uid in self._uids:
-                add(self._uids[uid])
-            for key in self._dependents.get(uid, ()):
-                add(key)
-        while todo:
-            key = todo.pop()
-            obj = self.store.get(key[0], key[1], key[2])
-            if obj is None:
-                continue
-            objs[key] = obj
-            meta = obj["metadata"]
-            for ref in meta.get("ownerReferences") or []:
-                owner = self._uids.get(ref.get("uid", ""))
-                if owner is not None:
-                    add(owner)
-            if meta.get("deletionTimestamp") and set(meta.get("finalizers") or ()) & _GC_FINALIZERS:
-                for dependent in self._dependents.get(meta.get("uid", ""), ()):
-                    add(dependent)
-        return [objs[key] for key in sorted(objs)]
-
-    def collect(self, owner_uid: str) -> None:
-        """Run the gc module's passes over one owner's neighbourhood until it asks for nothing more."""
-        uids = {owner_uid}
-        for _ in range(20):
-            actions = gc.collect(self._closure(uids), known_kinds=_SERVED_KINDS)
-            if not actions:
-                return
-            for d in actions.delete:
-                key = self._uids.get(d.key.uid)
-                current = self.store.get(*key) if key else None
-                if key is not None and current is not None:
-                    uids.add(d.key.uid)
-                    self.delete(BY_KEY[key[0]], current, {"propagationPolicy": d.policy})
-            for p in actions.set_owner_references:
-                key = self._uids.get(p.key.uid)
-                if key is not None:
-                    refs = [dict(r) for r in p.owner_references]
-                    with contextlib.suppress(NotFound):
-                        self.store.mutate(*key, functools.partial(_set_refs, refs=refs))
-            for f in actions.remove_finalizers:
-                key = self._uids.get(f.key.uid)
-                if key is None:
-                    continue
-                with contextlib.suppress(NotFound):
-                    drop = functools.partial(_drop_finalizer, finalizer=f.finalizer)
-                    updated = self.store.mutate(*key, drop)
-                    self.after_update(BY_KEY[key[0]], updated)
-
 
 def _without_scheduled(status: Obj) -> list[Obj]:
     return [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
 
-
-def _set_refs(obj: Obj, refs: list[Obj]) -> None:
-    if refs:
-        obj["metadata"]["ownerReferences"] = refs
-    else:
-        obj["metadata"].pop("ownerReferences", None)
-
-
-def _drop_finalizer(obj: Obj, finalizer: str) -> None:
-    remaining = [f for f in obj["metadata"].get("finalizers") or [] if f != finalizer]
-    if remaining:
-        obj["metadata"]["finalizers"] = remaining
-    else:
-        obj["metadata"].pop("finalizers", None)

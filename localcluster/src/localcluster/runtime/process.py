@@ -27,6 +27,7 @@ from localcluster.runtime import podstatus as ps
 from localcluster.runtime.base import RuntimeHost
 from localcluster.runtime.forward import TcpForwarder
 from localcluster.runtime.launch import Launcher
+from localcluster.runtime.logs import container_log
 from localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
 from localcluster.runtime.podenv import NotReadyYet
 from localcluster.runtime.pods import ContainerRun, PodRun
@@ -137,30 +138,10 @@ class ProcessRuntime:
         ctr = run.container(container) if run is not None else None
         if run is None or ctr is None:
             return
-        while follow and not ctr.log_path.exists() and not run.deleting and not ctr.view.is_terminated:
-            await asyncio.sleep(0.1)
-        path = ctr.log_path
-        if not path.exists():
-            return
-        with path.open("rb") as f:
-            data = f.read()
-            if tail_lines is not None:
-                lines = data.splitlines(keepends=True)
-                data = b"".join(lines[-tail_lines:]) if tail_lines > 0 else b""
-            if data:
-                yield data
-            generation = ctr.generation
-            while follow:
-                chunk = f.read(65536)
-                if chunk:
-                    yield chunk
-                    continue
-                if run.deleting or ctr.generation != generation or not ctr.is_running:
-                    rest = f.read()
-                    if rest:
-                        yield rest
-                    return
-                await asyncio.sleep(0.1)
+        stream = container_log(run, ctr, follow=follow, tail_lines=tail_lines)
+        async with contextlib.aclosing(stream) as chunks:  # the log file closes with the client's stream
+            async for chunk in chunks:
+                yield chunk
 
     async def fail_node(self, node: str) -> None:
         self.failed_nodes.add(node)
