@@ -414,7 +414,7 @@ async def test_image_maps_to_dockerfile_files_and_defaults(tmp_path: Path) -> No
 @pytest.mark.asyncio
 async def test_base_image_runs_from_this_repository(cluster: tuple[ProcessRuntime, StandInHost]) -> None:
     runtime, host = cluster
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[3]
     spec = pod("base", "node-1", [{
         "name": "main", "image": "registry.example.com/distributetrain/base:0.1.0",
         "command": ["/bin/sh", "-c", "pwd; echo $DT_SSH_PORT; cat /opt/distributetrain/sshd_config; "

@@ -32,7 +32,7 @@ from localcluster.runtime.podenv import (
 )
 from localcluster.runtime.probes import ProbeTiming, ProbeTracker
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(("image", "path"), [
