@@ -99,6 +99,18 @@ def shard(x: np.ndarray, y: np.ndarray, rank: int, size: int) -> tuple[np.ndarra
     return x[:usable][rank::size], y[:usable][rank::size]
 
 
+def distributed_optimizer(lr: float, size: int) -> tf.keras.optimizers.Optimizer:
+    """The optimizer of EDIT 3 at the learning rate scaled with the number of processes (the global batch is
+    `size` times larger), without XLA, wrapped by Horovod to average gradients over every rank."""
+    optimizer = make_optimizer(lr * size)
+    # On a GPU, Keras 2.15 compiles the optimizer's update step with XLA by default, which needs libdevice
+    # from cuda-nvcc; the CUDA runtime image has none, so the first step would fail with "libdevice not
+    # found" (tensorflow#58681, keras#17422). The update is a small part of a step: leave XLA off unless the
+    # image ships cuda-nvcc and sets XLA_FLAGS=--xla_gpu_cuda_data_dir=/usr/local/cuda.
+    optimizer.jit_compile = False
+    return hvd.DistributedOptimizer(optimizer)
+
+
 def weights_sha256(model: tf.keras.Model) -> str:
     digest = hashlib.sha256()
     for w in model.get_weights():
@@ -150,9 +162,8 @@ def main() -> int:
               f"lr={args.lr * size:g}", flush=True)
 
     model = build_model(x.shape[1], num_classes)
-    # Scale the learning rate with the number of processes: the global batch is size times larger.
-    optimizer = hvd.DistributedOptimizer(make_optimizer(args.lr * size))
-    model.compile(loss=LOSS, optimizer=optimizer, metrics=METRICS)
+    model.compile(loss=LOSS, optimizer=distributed_optimizer(args.lr, size), metrics=METRICS,
+                  jit_compile=False)  # as for the optimizer: no XLA, which needs cuda-nvcc on a GPU
 
     callbacks: list[tf.keras.callbacks.Callback] = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # every rank starts from rank 0's weights

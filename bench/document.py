@@ -10,42 +10,74 @@ from typing import Any
 
 from bench import model, report
 from bench.experiment import COMPARED
-from bench.goals import goals
+from bench.goals import checks_table, goals, placement_checks, speed_checks
 from bench.headline import headline
 from bench.plots import ordered
 from bench.policies import label
+from bench.store import PLACEMENT
 from bench.workload import CLUSTER_SHAPES, CLUSTER_TITLES, make_cluster
 
 
-def _took(seconds: float) -> str:
-    return "" if math.isnan(seconds) else f" in {seconds / 60:.1f} min"
+def _took(seconds: float | None) -> str:
+    return "" if seconds is None or math.isnan(seconds) else f"{seconds / 60:.1f} min"
+
+
+def _provenance(runs: Mapping[str, Any], placement: Mapping[str, Any] | None,
+                speed: Mapping[str, Any]) -> str:
+    present = ([PLACEMENT] if placement is not None else []) + list(speed)
+    body = []
+    for name in present:
+        run = runs.get(name) or {}
+        body.append([name, run.get("date", "not recorded"), f"`{run.get('commit', '?')}`",
+                     f"`{run.get('command', '?')}`", _took(run.get("seconds")),
+                     str(run.get("load_average_1m", ""))])
+    return report.table(["section", "measured", "commit", "command", "took", "load average (1 min) after"],
+                        body) if body else "Nothing measured yet."
 
 
 def _rel(path: Path, doc: Path) -> str:
     return os.path.relpath(path, doc.parent)
 
 
-def render(*, doc: Path, meta: Mapping[str, Any], placement: Mapping[str, Any] | None, rows: Sequence[Any],
-           images: Sequence[Path], speed: Mapping[str, Any], quick: bool) -> tuple[str, dict[str, Any]]:
+def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, Any] | None,
+           rows: Sequence[Any], images: Sequence[Path], speed: Mapping[str, Any], runs: Mapping[str, Any],
+           quick: bool) -> tuple[str, dict[str, Any]]:
+    """The report and the goals' verdicts. `runs` (runs.json) says when each section was measured; the
+    sections may come from different runs."""
     parts: list[str] = ["# Benchmarks\n"]
     if quick:
         parts.append("> **Smoke run (`--quick`)**: small clusters, one seed, two days of jobs. The numbers "
                      "below only show that the pipeline works; `make bench` writes the real report.\n")
     parts.append(
-        f"Machine: {meta['cpu']}, {meta['cores']} cores usable, {meta['memory_gib']:.1f} GiB memory; "
-        f"Python {meta['python']}. Commit: `{meta['commit']}`. Written {meta['date']} by "
-        f"`{meta['command']}`" + _took(meta["seconds"]) + ".\n")
+        f"Rendered {rendered['date']} from the JSON results by `python -m bench.run`; each section "
+        "was measured by its own run (below: when, on which commit, by which command). Machine: "
+        f"{rendered['cpu']}, {rendered['cores']} cores usable, {rendered['memory_gib']:.1f} GiB memory; "
+        f"Python {rendered['python']}.\n")
     verdicts: dict[str, Any] = {}
+    clusters: list[str] = []
+    placement_table = ""
     if placement is not None:
         clusters = sorted({r["cluster"] for r in rows}, key=lambda c: (c.split("-")[1] != "small", c))
+        placement_table, verdicts = goals(rows, clusters)
+    checks = (placement_checks(verdicts["derived"]) if verdicts.get("derived", {}).get("runs") else []) \
+        + speed_checks(speed)
+    verdicts["checks"] = checks
+    parts += ["## In short\n",
+              "The numbers that matter, each against its goal (placement: under the derived span cost, "
+              "Helios mix; the sections below give every cell). A goal with nothing measured or nothing to "
+              "compare is not met.\n",
+              checks_table(checks) if checks else "Nothing measured yet.", "",
+              "## Where the numbers come from\n", _provenance(runs, placement, speed), ""]
+    if placement is not None:
         policies = ordered(sorted({r["policy"] for r in rows}))
-        table, verdicts = goals(rows, clusters)
         images_by_name = {p.name: _rel(p, doc) for p in images}
         parts += [
-            "## In short\n", headline(rows, placement["fill"], clusters, placement["records"]),
             "## Placement quality: the goals\n",
             "Goals from issue 8, judged under the span cost derived from the bandwidth figures and, as a "
-            "check, under the issue's own rough model. Where we fall short it says so.\n", table, "",
+            "check, under the issue's own rough model. Where we fall short it says so. The share of big jobs "
+            "on the fewest nodes their size needs is a figure, not a goal; the last row is a sanity check a "
+            "correct planner passes by construction, not a goal.\n", placement_table, "",
+            headline(rows, placement["fill"], clusters, placement["records"]),
             f"![JCT of 8+ GPU jobs relative to the ideal bound]({images_by_name['jct_at_0.9.png']})\n",
             _setup(placement, clusters),
             "## Job completion time relative to the ideal bound\n",
@@ -73,11 +105,12 @@ def render(*, doc: Path, meta: Mapping[str, Any], placement: Mapping[str, Any] |
                 report.jct_table(rows, clusters, policies, "jct_mean_8plus", loads=(0.9,), span="rough"), ""]
         parts += [
             "## Nodes spanned\n",
-            "Jobs (all runs) placed on more nodes than the fewest possible at that moment, and the mean "
-            "number of nodes per job beyond the fewest its size needs on an empty cluster (what the span "
-            "cost charges), load 0.9:\n",
+            "At load 0.9: the share of 8+ GPU jobs placed on the fewest nodes their size needs on an empty "
+            "cluster / the mean number of nodes per job beyond that (what the span cost charges) / jobs (all "
+            "runs) on more nodes than the fewest possible at that moment (the sanity check):\n",
             report.simple_table(rows, clusters, policies, "beyond_empty_mean",
-                                lambda r: f"{r['beyond_fewest_jobs']} / {r['beyond_empty_mean']:.3f}"), "",
+                                lambda r: f"{100 * (1 - r['beyond_empty_share_8plus']):.1f}% / "
+                                          f"{r['beyond_empty_mean']:.3f} / {r['beyond_fewest_jobs']}"), "",
             "## Same state, different choice?\n",
             "End to end, good policies differ by less than the noise between seeds. Decision by decision "
             "(seed 0, load 0.9): whenever ours placed a job, the others were asked too, on the "
@@ -109,15 +142,18 @@ def render(*, doc: Path, meta: Mapping[str, Any], placement: Mapping[str, Any] |
             f"![queueing delay]({images_by_name['wait_by_size.png']})\n",
             _method(),
         ]
-    parts += ["## Speed and overhead\n", report.speed_section(speed) if speed else "Not run.\n"]
+    parts += ["## Speed and overhead\n", report.speed_section(speed, runs) if speed else "Not run.\n"]
     parts += [
         "## Reproduce\n",
-        "`make bench` (the same as `python -m bench.run`) runs everything and rewrites this file, the plots "
-        "in docs/img/benchmarks/ and the JSON in bench/results/ (placement_runs.json has every run's "
-        "metrics, placement_summary.json the averages over seeds). `python -m bench.run --quick` is the "
-        "smoke run the test suite makes (small clusters, one seed; it writes to bench/results/quick/ and "
-        "never touches this file). `--render-only` redraws the report from the JSON; `--only "
-        "placement|speed` runs one half.\n"]
+        "`make bench` (the same as `python -m bench.run`) measures every section and rewrites this file, the "
+        "plots in docs/img/benchmarks/, the JSON in bench/results/ (placement_runs.json has every run's "
+        "metrics, placement_summary.json the averages over seeds, speed.json the speed benches, runs.json "
+        "when each section was measured) and the measured blocks in docs/planner.md and docs/manager.md. "
+        "`--only SECTION[,SECTION...]` measures only those sections (placement, planner_speed, apiserver, "
+        "manager_overhead, scale, demo_phases, or `speed` for the five speed benches) and keeps the others' "
+        "results; `--render-only` measures nothing and re-renders everything from the JSON. `python -m "
+        "bench.run --quick` is the smoke run the test suite makes (small clusters, one seed; it writes to "
+        "bench/results/quick/ and never touches docs/).\n"]
     return "\n".join(parts) + "\n", verdicts
 
 

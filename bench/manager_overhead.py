@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ def start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
     return server
 
 
-def _background_pod(i: int, nodes: int) -> dict[str, Any]:
+def background_pod(i: int, nodes: int) -> dict[str, Any]:
     """Pod i on node i % nodes; node n's first n % 9 pods hold one GPU each, so its free count is 8 - n % 9
     (capped by its pods), from 8 down to 0."""
     node = i % nodes + 1
@@ -58,7 +59,10 @@ def _background_pod(i: int, nodes: int) -> dict[str, Any]:
                      "containers": [{"name": "main", "image": "busybox:1.36", "resources": resources}]}}
 
 
-def seed(kube: Kube, nodes: int, pods: int) -> float:
+def seed(kube: Kube, nodes: int, pods: int,
+         pod: Callable[[int, int], dict[str, Any]] = background_pod) -> float:
+    """Create `pods` pods (pod(i, nodes) each) in namespace bench, 8 client threads; wait until none is
+    Pending. Returns the seconds it took."""
     started = time.perf_counter()
     kube.core.create_namespace({"metadata": {"name": "bench"}}, _preload_content=False).release_conn()
     time.sleep(0.3)  # the namespace's default ServiceAccount
@@ -67,7 +71,7 @@ def seed(kube: Kube, nodes: int, pods: int) -> float:
     def create(i: int) -> None:
         if not hasattr(local, "kube"):
             local.kube = Kube(kube.api_client)
-        local.kube.create(_background_pod(i, nodes))
+        local.kube.create(pod(i, nodes))
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(pods)))

@@ -101,9 +101,13 @@ def wait_table(rows: Sequence[Row], cluster: str, policies: Sequence[str]) -> st
     return table(["policy", *[f"{b} GPUs: mean / p99 (min)" for b, _, _ in model.BUCKETS]], body)
 
 
-def speed_section(speed: Mapping[str, Any]) -> str:
-    """Each speed bench's dict: a "markdown" string as is; else lists of records as tables, the rest as a
-    measure/value table."""
+def speed_section(speed: Mapping[str, Any], runs: Mapping[str, Any] | None = None) -> str:
+    """Each speed bench under its own heading, with when it was measured: its renderer's Markdown
+    (bench/speed_report.py), else the "markdown" string it stored, else lists of records as tables and the
+    rest as a measure/value table."""
+    from bench.docblocks import provenance
+    from bench.speed_report import render
+
     parts = []
     for name, result in speed.items():
         parts.append(f"### {name}\n")
@@ -113,8 +117,11 @@ def speed_section(speed: Mapping[str, Any]) -> str:
         if isinstance(result, Mapping) and "failed" in result:
             parts.append(f"**Failed:**\n\n```\n{result['failed']}\n```\n")
             continue
-        if isinstance(result, Mapping) and isinstance(result.get("markdown"), str):
-            parts.append(result["markdown"] + "\n")
+        if runs is not None:
+            parts.append(provenance(runs.get(name)) + "\n")
+        text = render(name, result) if isinstance(result, Mapping) else None
+        if text is not None:
+            parts.append(text + "\n")
             continue
         scalars: dict[str, Any] = {}
         for key, value in (result.items() if isinstance(result, Mapping) else [("result", result)]):
@@ -149,6 +156,11 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
         return out
     text = _cell(value)
     return [(prefix, text if len(text) < 200 else text[:200] + "...")]
+
+
+PLOTS = ("jct_vs_load.png", "jct_at_0.9.png", "allocation_at_saturation.png", "state_over_time.png",
+         "wait_by_size.png")
+ALWAYS_DRAWN = tuple(p for p in PLOTS if p != "state_over_time.png")  # that one needs a C2 or C3 series
 
 
 def write_plots(placement: Mapping[str, Any], rows: Sequence[Row], clusters: Sequence[str],

@@ -1,9 +1,18 @@
-"""`python -m bench.run [--quick]`: every benchmark, its JSON under bench/results/, and docs/benchmarks.md.
+"""`python -m bench.run [--quick] [--only SECTIONS] [--render-only]`: the benchmarks, their JSON under
+bench/results/, and docs/benchmarks.md.
 
-The speed benches other parts of the project own (bench/planner_speed.py, bench/apiserver.py,
-bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py) each expose `main(quick: bool) -> dict`;
-a missing module is skipped with a note.
-A result dict with a "markdown" string is put in the report as is; any other dict is shown as a table.
+Sections: `placement` (the trace simulation) and five speed benches (bench/planner_speed.py,
+bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py; each exposes
+`main(quick: bool) -> dict`). A run measures the sections asked for, merges their results into the results
+directory section by section (the others stay as earlier runs left them; runs.json says when each was
+measured), then renders the whole report from every section there. bench/speed_report.py renders a speed
+bench's result; a bench without a renderer is shown by the "markdown" string it returns, else as a table.
+
+Examples:
+  python -m bench.run                               # everything
+  python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
+  python -m bench.run --only speed                  # the five speed benches, keep placement
+  python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
 
 from __future__ import annotations
@@ -24,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases")
 
 
 def machine() -> dict[str, Any]:
@@ -59,10 +67,12 @@ def commit() -> str:
     return f"{head} + uncommitted changes" if dirty or head == "no commit yet" else head
 
 
-def run_speed(quick: bool) -> tuple[dict[str, Any], list[str]]:
+def run_speed(quick: bool, names: Sequence[str]) -> tuple[dict[str, Any], dict[str, float], list[str]]:
+    """Run these speed benches: their results, the seconds each took, and the names of those that failed."""
     results: dict[str, Any] = {}
+    took: dict[str, float] = {}
     failures = []
-    for name in SPEED_BENCHES:
+    for name in names:
         try:
             module = importlib.import_module(f"bench.{name}")
         except ModuleNotFoundError as err:
@@ -79,103 +89,103 @@ def run_speed(quick: bool) -> tuple[dict[str, Any], list[str]]:
             failures.append(name)
             results[name] = {"failed": traceback.format_exc(limit=5)}
             print(f"speed: bench/{name}.py failed:\n{results[name]['failed']}", flush=True)
-        print(f"speed: bench/{name}.py took {time.monotonic() - started:.1f} s", flush=True)
-    return results, failures
+        took[name] = time.monotonic() - started
+        print(f"speed: bench/{name}.py took {took[name]:.1f} s", flush=True)
+    return results, took, failures
 
 
-def save_placement(out: Path, placement: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-    (out / "placement_runs.json").write_text(json.dumps(placement["records"], indent=1))
-    (out / "placement_summary.json").write_text(json.dumps(rows, indent=1))
-    (out / "placement_fill.json").write_text(json.dumps(placement["fill"], indent=1))
-    (out / "placement_series.json").write_text(json.dumps(placement["series"]))
-    (out / "placement_meta.json").write_text(json.dumps(
-        {"traces": placement["traces"], "jobs_simulated": placement["jobs_simulated"]}))
+def _run_meta(command: str, seconds: float) -> dict[str, Any]:
+    """When, where and how a section was measured (runs.json)."""
+    return {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), **machine(), "command": command,
+            "seconds": round(seconds, 1), "load_average_1m": round(os.getloadavg()[0], 1)}
 
 
-def load_results(out: Path) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any]]:
-    """What an earlier run wrote to `out`: placement (or None), speed results, and the run's meta."""
-    placement = None
-    if (out / "placement_runs.json").exists():
-        records = json.loads((out / "placement_runs.json").read_text())
-        counts = json.loads((out / "placement_meta.json").read_text()) \
-            if (out / "placement_meta.json").exists() else {}
-        traces = {(r["cluster"], r["mix"], r["load"], r["span"], r["seed"]) for r in records}
-        placement = {"records": records, "fill": json.loads((out / "placement_fill.json").read_text()),
-                     "series": json.loads((out / "placement_series.json").read_text()),
-                     "traces": counts.get("traces", len(traces)),
-                     "jobs_simulated": counts.get("jobs_simulated") or _count_jobs(records)}
-    speed = json.loads((out / "speed.json").read_text()) if (out / "speed.json").exists() else {}
-    meta = json.loads((out / "summary.json").read_text())["meta"] if (out / "summary.json").exists() else {}
-    return placement, speed, meta
+def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
+           docs_root: Path | None) -> dict[str, Any]:
+    """docs/benchmarks.md (or `doc`) from every section's results in `out`, whichever runs wrote them; with
+    `docs_root`, also the measured blocks of docs/planner.md and docs/manager.md. Plots are redrawn only with
+    `redraw` or when one is missing. Returns the goals' verdicts (also written to summary.json)."""
+    from bench import docblocks, document, metrics, report, store
+
+    results = store.load(out)
+    rows = metrics.aggregate(results.placement["records"]) if results.placement is not None else []
+    images: list[Path] = []
+    if results.placement is not None:
+        clusters = sorted({r["cluster"] for r in rows}, key=lambda c: (c.split("-")[1] != "small", c))
+        images = [img / name for name in report.PLOTS if (img / name).exists()]
+        if redraw or not all((img / name).exists() for name in report.ALWAYS_DRAWN):
+            images = report.write_plots(results.placement, rows, clusters, img)
+    rendered = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    text, verdicts = document.render(doc=doc, rendered=rendered, placement=results.placement, rows=rows,
+                                     images=images, speed=results.speed, runs=results.runs, quick=quick)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
+    if docs_root is not None:
+        for path in docblocks.update(docs_root, results.speed, results.runs):
+            print(f"rendered the measured blocks of {path}", flush=True)
+    (out / "summary.json").write_text(json.dumps({"rendered": rendered, "goals": verdicts}, indent=1,
+                                                 default=str))
+    return verdicts
 
 
-def _count_jobs(records: list[dict[str, Any]]) -> int:
-    """Jobs in the traces behind `records`, for results written before placement_meta.json existed."""
-    from bench import model
-    from bench.workload import make_cluster, make_trace
-
-    cases = {(r["cluster"], r["mix"], r["load"], r["seed"], r["days"], r["warmup_days"]) for r in records}
-    total = 0
-    for cluster, mix, load, seed, days, warmup in cases:
-        name, scale = cluster.split("-")
-        total += len(make_trace(make_cluster(name, scale), model.MIXES[mix], load, seed, days=days,
-                                warmup_days=warmup))
-    return total
+ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
+             "planner_speed, apiserver, manager_overhead, scale, demo_phases; `speed` stands for the five "
+             "speed benches. The other sections' results already in OUT are kept, and the report is rendered "
+             "from all of them. Default: every section")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: small clusters, one seed (~1 min)")
     parser.add_argument("--out", type=Path, help="results directory (default bench/results, or "
                                                   "bench/results/quick with --quick)")
     parser.add_argument("--report", type=Path, help="the Markdown report (default docs/benchmarks.md, or "
                                                      "OUT/benchmarks.md with --quick or --out)")
     parser.add_argument("--workers", type=int, default=None, help="processes for the simulator (default 2)")
-    parser.add_argument("--only", choices=("placement", "speed"), help="run one half only")
+    parser.add_argument("--only", action="append", metavar="SECTION[,SECTION...]", help=ONLY_HELP)
     parser.add_argument("--render-only", action="store_true",
-                        help="rewrite the report and plots from the JSON an earlier run left in OUT")
+                        help="measure nothing: rewrite the report (and the blocks in docs/planner.md and "
+                             "docs/manager.md) from the JSON earlier runs left in OUT; plots are redrawn")
     args = parser.parse_args(argv)
+
+    from bench import store
+
+    try:
+        sections = store.parse_only(args.only) if args.only else store.SECTIONS
+    except ValueError as err:
+        parser.error(f"--only: {err}")
+    if args.render_only and args.only:
+        parser.error("--render-only measures nothing; it cannot be combined with --only")
     out: Path = args.out or (ROOT / "bench" / "results" / ("quick" if args.quick else ""))
     # only the default full run writes docs/: a smoke run or a run elsewhere keeps its report beside its JSON
     beside = args.quick or args.out is not None
     doc: Path = args.report or (out / "benchmarks.md" if beside else ROOT / "docs" / "benchmarks.md")
-    img = out / "img" if args.quick or args.out else ROOT / "docs" / "img" / "benchmarks"
+    img = out / "img" if beside else ROOT / "docs" / "img" / "benchmarks"
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    command = "python -m bench.run" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
 
-    # imported here so `--help` stays instant
-    from bench import document, metrics, report
-    from bench.experiment import run_all
-
-    placement: dict[str, Any] | None = None
-    speed: dict[str, Any] = {}
     failures: list[str] = []
-    if args.render_only:
-        placement, speed, meta = load_results(out)
-        meta = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC") + " (re-rendered)",
-                "command": "python -m bench.run --render-only", "seconds": math.nan, **meta}
-    else:
-        if args.only != "speed":
+    if not args.render_only:
+        metas: dict[str, dict[str, Any]] = {}
+        if store.PLACEMENT in sections:
+            from bench import metrics
+            from bench.experiment import run_all
+
             print("placement: simulating traces", flush=True)
             placement = run_all(args.quick, workers=args.workers)
-            save_placement(out, placement, metrics.aggregate(placement["records"]))
+            store.save_placement(out, placement, metrics.aggregate(placement["records"]))
+            metas[store.PLACEMENT] = _run_meta(command, time.monotonic() - started)
             print(f"placement: done in {time.monotonic() - started:.0f} s", flush=True)
-        if args.only != "placement":
-            speed, failures = run_speed(args.quick)
-            (out / "speed.json").write_text(json.dumps(speed, indent=1, default=str))
-        meta = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                "command": "python -m bench.run" + (" --quick" if args.quick else ""),
-                "seconds": time.monotonic() - started}
-    rows = metrics.aggregate(placement["records"]) if placement is not None else []
-    images: list[Path] = []
-    if placement is not None:
-        clusters = sorted({r["cluster"] for r in rows}, key=lambda c: (c.split("-")[1] != "small", c))
-        images = report.write_plots(placement, rows, clusters, img)
-    text, verdicts = document.render(doc=doc, meta=meta, placement=placement, rows=rows, images=images,
-                                     speed=speed, quick=args.quick)
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text)
-    (out / "summary.json").write_text(json.dumps({"meta": meta, "goals": verdicts}, indent=1, default=str))
+        names = [s for s in sections if s in store.SPEED_BENCHES]
+        if names:
+            speed, took, failures = run_speed(args.quick, names)
+            store.save_speed(out, speed)
+            metas.update({name: _run_meta(command, took.get(name, 0.0)) for name in speed})
+        store.save_runs(out, metas)
+    render(out, doc, img, quick=args.quick, redraw=args.render_only or store.PLACEMENT in sections,
+           docs_root=None if beside else ROOT)
     print(f"wrote {doc} and {out}/*.json in {time.monotonic() - started:.0f} s", flush=True)
     if failures:
         print(f"failed: {', '.join(failures)}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """`LocalCluster`: the store, the API server over HTTPS, the controllers and a pod runtime, started together.
 
-Run it on the caller's event loop (`await cluster.astart()`, as `local up`'s daemon does) or on a private
-loop in a background thread (`cluster.start()`, as the pytest fixture does; `cluster.call(coro)` then runs a
-coroutine there). The cluster is also the runtime's RuntimeHost.
+Run it on the caller's event loop (`await cluster.astart()`, as `localcluster up`'s daemon does) or on a
+private loop in a background thread (`cluster.start()`, as the pytest fixture does; `cluster.call(coro)` then
+runs a coroutine there). The cluster is also the runtime's RuntimeHost.
 
 A runtime may define `async prepare_network() -> str | None`: called before certificates are made, it returns
 the address pods reach the API server on (a bridge address); the server then listens there too and the

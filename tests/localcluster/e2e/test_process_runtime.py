@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from localcluster.runtime.process import ProcessRuntime
+from localcluster.runtime.process import SANDBOX, ProcessRuntime
+from localcluster.runtime.runas import image_directories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
@@ -540,12 +541,30 @@ asyncio.run(main())
 """
 
 
+# A user who runs the local cluster owns their checkout. Played here by `nobody`, which may not enter a
+# checkout under a 0700 directory (or an interpreter under /root): the command runs in a private mount
+# namespace where the shim's `reveal` shows it the interpreter, the environment and the project, as for a pod.
+REVEALED = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import sandbox
+sandbox._check(sandbox._libc.unshare(sandbox.CLONE_NEWNS), "unshare the mount namespace")
+sandbox.mount(None, "/", None, sandbox.MS_REC | sandbox.MS_PRIVATE)
+sandbox.reveal("", sys.argv[2].split(":"), set())
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
+
+
+def as_nobody(*command: str) -> list[str]:
+    return [PY, "-I", "-S", "-c", REVEALED, str(SANDBOX.parent), ":".join(image_directories()),
+            "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", *command]
+
+
 def test_without_root_pods_get_loopback_addresses_and_user_namespaces(tmp_path: Path) -> None:
     state = Path(tempfile.mkdtemp(prefix="dt-nonroot-"))
     try:
         os.chown(state, 65534, 65534)
-        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
-                              PY, "-c", NON_ROOT_SCRIPT, str(state), str(Path(__file__).parent)],
+        run = subprocess.run(as_nobody(PY, "-c", NON_ROOT_SCRIPT, str(state), str(Path(__file__).parent)),
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "HOME": str(state)})
         assert run.returncode == 0, run.stderr

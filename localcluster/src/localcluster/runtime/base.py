@@ -14,7 +14,7 @@ from typing import Any, Protocol
 class RuntimeHost(Protocol):
     """What the control plane offers a runtime."""
 
-    state_dir: Path        # a directory the runtime may use (per-pod dirs, logs); removed by `local down`
+    state_dir: Path        # the runtime's directory (per-pod dirs, logs); removed by `localcluster down`
     api_host: str          # the address pods reach the API server on (e.g. 10.244.0.1 or 127.0.0.1)
     api_port: int
     ca_cert_pem: bytes     # the cluster CA, for pods' /var/run/secrets/kubernetes.io/serviceaccount/ca.crt

@@ -186,11 +186,14 @@ def reveal(root: str, paths: list[str], binds: set[str]) -> None:
         outer = min((t for t in closed.values() if top == t or top.startswith(t + "/")), key=len)
         groups.setdefault(outer, []).append(path)
     for top, inner in sorted(groups.items()):
+        # held open first: with root "" (a host process), the tmpfs would hide the directories themselves
+        held = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in sorted(inner)}
         mount("tmpfs", root + top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
         binds.discard(top)
-        for path in sorted(inner):
+        for path, fd in held.items():
             os.makedirs(root + path, 0o755, exist_ok=True)
-            mount(path, root + path, None, MS_BIND | MS_REC)
+            mount(f"/proc/self/fd/{fd}", root + path, None, MS_BIND | MS_REC)
+            os.close(fd)
             binds.add(path)
 
 

@@ -2,7 +2,7 @@
 
 Every volume is materialised once per pod under the pod's directory (emptyDir, secret, configMap, downwardAPI,
 projected, the service-account token), except hostPath (the host path itself) and persistentVolumeClaim (one
-directory per claim under the cluster's state dir, kept across pods until `local down`). The sandbox
+directory per claim under the cluster's state dir, kept across pods until `localcluster down`). The sandbox
 (runtime/sandbox.py) bind-mounts them inside the container's private mount namespace. Secret and configMap
 contents are written when the pod starts and not refreshed afterwards.
 """

@@ -1,0 +1,115 @@
+"""The results directory, one section at a time: a run writes only the sections it ran and keeps the others.
+
+Sections: `placement` (the trace simulation: placement_*.json) and each speed bench (one key of speed.json).
+runs.json says, per section, when, on which commit and by which command its numbers were measured, so a
+report that merges sections from different runs can say where each came from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLACEMENT = "placement"
+SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases")
+SECTIONS = (PLACEMENT, *SPEED_BENCHES)
+#: names standing for several sections in --only
+GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}
+
+
+def parse_only(values: Iterable[str]) -> tuple[str, ...]:
+    """`--only` values (repeatable, comma-separated, groups allowed) as sections in report order."""
+    wanted: set[str] = set()
+    for value in values:
+        for name in (part.strip() for part in value.split(",")):
+            if not name:
+                continue
+            if name in GROUPS:
+                wanted.update(GROUPS[name])
+            elif name in SECTIONS:
+                wanted.add(name)
+            else:
+                known = ", ".join((*SECTIONS, *GROUPS))
+                raise ValueError(f"unknown section {name!r}; known: {known}")
+    if not wanted:
+        raise ValueError("no section named")
+    return tuple(s for s in SECTIONS if s in wanted)
+
+
+@dataclass
+class Results:
+    """Everything an earlier run (or several) left in a results directory."""
+
+    placement: dict[str, Any] | None = None
+    speed: dict[str, Any] = field(default_factory=dict)
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def save_placement(out: Path, placement: Mapping[str, Any], rows: list[dict[str, Any]]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "placement_runs.json").write_text(json.dumps(placement["records"], indent=1))
+    (out / "placement_summary.json").write_text(json.dumps(rows, indent=1))
+    (out / "placement_fill.json").write_text(json.dumps(placement["fill"], indent=1))
+    (out / "placement_series.json").write_text(json.dumps(placement["series"]))
+    (out / "placement_meta.json").write_text(json.dumps(
+        {"traces": placement["traces"], "jobs_simulated": placement["jobs_simulated"]}))
+
+
+def save_speed(out: Path, results: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge these speed benches' results into speed.json, keeping every other bench's; returns the whole."""
+    path = out / "speed.json"
+    merged: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    merged.update(results)
+    ordered = {name: merged[name] for name in SPEED_BENCHES if name in merged}
+    ordered.update({k: v for k, v in merged.items() if k not in ordered})
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(ordered, indent=1, default=str))
+    return ordered
+
+
+def save_runs(out: Path, metas: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Record when and how these sections were measured in runs.json, keeping the other sections' records."""
+    path = out / "runs.json"
+    runs: dict[str, dict[str, Any]] = json.loads(path.read_text()) if path.exists() else {}
+    runs.update({name: dict(meta) for name, meta in metas.items()})
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({s: runs[s] for s in sorted(runs, key=_order)}, indent=1, default=str))
+    return runs
+
+
+def _order(section: str) -> tuple[int, str]:
+    return (SECTIONS.index(section) if section in SECTIONS else len(SECTIONS), section)
+
+
+def load(out: Path) -> Results:
+    """What earlier runs wrote to `out`: placement (or None), the speed benches' results, and runs.json."""
+    placement = None
+    if (out / "placement_runs.json").exists():
+        records = json.loads((out / "placement_runs.json").read_text())
+        counts = json.loads((out / "placement_meta.json").read_text()) \
+            if (out / "placement_meta.json").exists() else {}
+        traces = {(r["cluster"], r["mix"], r["load"], r["span"], r["seed"]) for r in records}
+        placement = {"records": records, "fill": json.loads((out / "placement_fill.json").read_text()),
+                     "series": json.loads((out / "placement_series.json").read_text()),
+                     "traces": counts.get("traces", len(traces)),
+                     "jobs_simulated": counts.get("jobs_simulated") or _count_jobs(records)}
+    speed = json.loads((out / "speed.json").read_text()) if (out / "speed.json").exists() else {}
+    runs = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else {}
+    return Results(placement=placement, speed=speed, runs=runs)
+
+
+def _count_jobs(records: list[dict[str, Any]]) -> int:
+    """Jobs in the traces behind `records`, for results written before placement_meta.json existed."""
+    from bench import model
+    from bench.workload import make_cluster, make_trace
+
+    cases = {(r["cluster"], r["mix"], r["load"], r["seed"], r["days"], r["warmup_days"]) for r in records}
+    total = 0
+    for cluster, mix, load_, seed, days, warmup in cases:
+        name, scale = cluster.split("-")
+        total += len(make_trace(make_cluster(name, scale), model.MIXES[mix], load_, seed, days=days,
+                                warmup_days=warmup))
+    return total

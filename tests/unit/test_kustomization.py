@@ -1,0 +1,68 @@
+"""`kubectl apply -k .`: the kustomization at the repository root is exactly rbac/ plus the manager manifest,
+and one setting moves both images to a registry (the base image too, which the manager passes to job pods in
+DT_IMAGE) and everything namespaced to a namespace. Rendered by the real kubectl's built-in kustomize."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localcluster.testing import kubectl_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    done = subprocess.run([kubectl_path(), "kustomize", str(directory)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "HOME": str(directory)})
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def files(*paths: str) -> list[dict[str, Any]]:
+    return [d for p in paths for d in yaml.safe_load_all((REPO / p).read_text()) if d]
+
+
+def key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def manager(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == "Pod")["spec"]["containers"][0]
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_the_kustomization_is_the_rbac_and_the_manager_unchanged() -> None:
+    rendered = {key(o): o for o in kustomize(REPO)}
+    rbac = [str(p.relative_to(REPO)) for p in sorted((REPO / "rbac").glob("*.yaml"))]
+    expected = {key(o): o for o in files(*rbac, "manifests/DistributeTrain_Manager.yaml")}
+    assert rendered == expected
+
+
+def test_one_setting_moves_both_images_and_the_namespace(tmp_path: Path) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(REPO, overlay)],
+        "namespace": "ml-team",
+        "images": [{"name": "distributetrain/manager", "newName": "registry.example.com/ml/manager",
+                    "newTag": "1.4"},
+                   {"name": "distributetrain/base", "newName": "registry.example.com/ml/base",
+                    "newTag": "1.4"}]}))
+    rendered = kustomize(overlay)
+    container = manager(rendered)
+    assert container["image"] == "registry.example.com/ml/manager:1.4"
+    assert env(container)["DT_IMAGE"] == "registry.example.com/ml/base:1.4"
+    assert env(container)["DT_SCHEDULE_TIMEOUT"] == "5m"  # other values are left alone
+    for obj in rendered:
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == "ml-team", key(obj)
+        for subject in obj.get("subjects") or []:
+            assert subject["namespace"] == "ml-team", key(obj)  # the bindings follow the ServiceAccount

@@ -1,0 +1,44 @@
+"""base-image/Train.py on a GPU: what differs from the CPU this suite runs on.
+
+Keras 2.15 XLA-compiles the optimizer's update step only when a GPU is visible, and XLA on a GPU needs
+libdevice (cuda-nvcc), which the CUDA runtime image lacks: the first step would fail with `libdevice not
+found`.
+The CPU never shows it, so these tests make TensorFlow report a GPU to Keras's decision (in a subprocess, so
+nothing leaks) and check what Train.py asks for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import importlib.util, json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import tensorflow as tf
+real = tf.config.list_physical_devices
+gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+fake = lambda kind=None: [gpu] if kind == "GPU" else real(kind)  # noqa: E731
+tf.config.list_physical_devices = tf.compat.v2.config.list_physical_devices = fake
+spec = importlib.util.spec_from_file_location("train", sys.argv[1])
+train = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+default = tf.keras.optimizers.Adam(0.001)
+ours = train.distributed_optimizer(0.001, 4)
+print(json.dumps({"keras_default": default.jit_compile, "train": ours.jit_compile,
+                  "lr": float(ours.learning_rate.numpy()), "wrapped": type(ours).__module__}))
+"""
+
+
+def test_train_asks_for_no_xla_where_keras_would_compile_it_on_a_gpu() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "base-image" / "Train.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["keras_default"] is True  # with a GPU visible, Keras would use XLA: the case that fails
+    assert seen["train"] is False
+    assert abs(seen["lr"] - 0.004) < 1e-9  # scaled by the number of processes
+    assert seen["wrapped"].startswith("horovod")  # gradients are averaged over ranks
