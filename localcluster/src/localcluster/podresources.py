@@ -9,7 +9,7 @@ manager's accounting and this scheduler would always agree, and a mistake in it 
   tests may not have been through it).
 - App containers and sidecars (init containers with restartPolicy Always) run together: their requests add.
 - A regular init container runs alone, beside the sidecars started before it; the largest of those sums is
-  the init peak, and the pod takes the larger of the two, per resource.
+  the init peak. The pod takes, per resource, the larger of that peak and the app containers plus sidecars.
 - `spec.overhead` (the RuntimeClass's) comes on top.
 """
 
