@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -180,6 +179,13 @@ def _raw_pages(kube: Kube, kind: str) -> list[bytes]:
             return pages
 
 
+def _peak_rss_mib() -> float:
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries it across fork and exec, so a
+    child started by a big parent reports the parent's RSS; VmHWM belongs to this process's memory alone."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+
+
 def client_side(kubeconfig: str) -> dict[str, Any]:
     """Runs in its own fresh process: what the manager does before its first create - once cold, as a real
     manager does it, then warm - timed and taken apart."""
@@ -189,7 +195,7 @@ def client_side(kubeconfig: str) -> dict[str, Any]:
     connect = time.perf_counter() - t0
     cold, plan = time_inventory_and_plan(kube, 1, JOB_GPUS)
     warm, _ = time_inventory_and_plan(kube, WARM_REPEATS, JOB_GPUS)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = _peak_rss_mib()
     cold_total = connect + sum(cold[0])
     warm_totals = [sum(run) for run in warm]
     lists, accounting, planning = zip(*warm, strict=True)
