@@ -12,21 +12,25 @@ help:  ## list the targets
 system-deps:  ## Debian packages the local cluster and the e2e tests need (openssh-server, iproute2, cmake)
 	@bash scripts/install-system-deps.sh
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-train.txt constraints.txt pyproject.toml scripts/install-horovod.sh
+# The product (src/) and the local cluster it is tested on (localcluster/), both editable; only the product
+# goes into the images.
+$(STAMP): requirements.txt requirements-dev.txt requirements-train.txt constraints.txt pyproject.toml \
+          localcluster/requirements.txt localcluster/pyproject.toml scripts/install-horovod.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q -c constraints.txt -r requirements.txt -r requirements-dev.txt -r requirements-train.txt
+	$(VENV)/bin/pip install -q -c constraints.txt -r requirements.txt -r localcluster/requirements.txt \
+	  -r requirements-dev.txt -r requirements-train.txt
 	bash scripts/install-horovod.sh $(VENV)
-	$(VENV)/bin/pip install -q --no-deps -e .
+	$(VENV)/bin/pip install -q --no-deps -e . -e ./localcluster
 	@touch $@
 
 venv: system-deps $(STAMP)  ## create or reuse the virtual environment with every pinned dependency
 
 lint: venv  ## ruff, the import layering contracts, hadolint
-	$(VENV)/bin/ruff check src tests bench base-image manager-image scripts
+	$(VENV)/bin/ruff check src localcluster tests bench base-image manager-image scripts
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint base-image/Dockerfile manager-image/Dockerfile
 
-typecheck: venv  ## mypy --strict over the package
+typecheck: venv  ## mypy --strict over the product and the local cluster
 	$(VENV)/bin/mypy
 
 test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e)

@@ -1,6 +1,6 @@
 """Benchmark of the local API server at scale: 1,000 nodes and 10,000 pods on the simulated runtime.
 
-The server runs as its own process (`python -m distributetrain.localcluster serve`, as `local up` starts it),
+The server runs as its own process (`python -m localcluster serve`, as `localcluster up` starts it),
 so its resident memory is measured alone and the client does not share its event loop. Everything goes through
 the official `kubernetes` client over HTTPS:
 - create throughput: pods created by 8 client threads (each bound with spec.nodeName, so the kubelet's
@@ -40,7 +40,7 @@ import orjson
 from kubernetes import client, config, watch
 
 from distributetrain.k8s import Kube, list_nodes_and_pods
-from distributetrain.localcluster import daemon
+from localcluster import daemon
 
 
 def _percentile(values: list[float], q: float) -> float:

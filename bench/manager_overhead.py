@@ -31,8 +31,8 @@ from distributetrain.cleanup import delete_job
 from distributetrain.joblog import Reporter
 from distributetrain.jobspec import JobSpec
 from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
-from distributetrain.localcluster import daemon
 from distributetrain.orchestrator import Orchestrator
+from localcluster import daemon
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64

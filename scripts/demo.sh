@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the main job, for real, on the embedded local cluster.
+# `make demo`: the main job, for real, on the repository's local cluster (localcluster/).
 # Nodes of 5, 3 and 2 GPUs; `kubectl apply` of rbac/ and the manager manifest (6 GPUs); the manager's log
 # followed to the end (inventory, plan, pods, training epoch by epoch, final accuracy); then the pods left
 # (workers gone, chief kept); the cluster stopped. Exits with the manager's exit code.
@@ -12,13 +12,13 @@ KUBECTL=(kubectl --kubeconfig "$DIR/kubeconfig" --cache-dir "$DIR/kubectl-cache"
 started=$EPOCHREALTIME
 elapsed() { awk -v a="$started" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
-cleanup() { distributetrain local down --dir "$DIR" >/dev/null 2>&1 || true; }
+cleanup() { localcluster down --dir "$DIR" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m (t=%ss)\n' "$*" "$(elapsed)"; }
 
 step "starting a local cluster: nodes of 5, 3 and 2 GPUs"
-distributetrain local up --nodes 5,3,2 --runtime process --dir "$DIR"
+localcluster up --nodes 5,3,2 --runtime process --dir "$DIR"
 "${KUBECTL[@]}" get nodes -o wide
 
 step "kubectl apply -f rbac/"

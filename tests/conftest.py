@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from distributetrain.localcluster.testing import TestCluster, start_cluster
+from localcluster.testing import TestCluster, start_cluster
 
 
 def make_api_client(url: str, ca_path: Path, token: str) -> client.ApiClient:

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from distributetrain.localcluster.testing import TestCluster, wait_until
 from distributetrain.naming import job_selector
+from localcluster.testing import TestCluster, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "train-6gpu"  # the job name manifests/DistributeTrain_Manager.yaml gives

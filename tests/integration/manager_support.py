@@ -12,10 +12,10 @@ from distributetrain.cleanup import JOB_KINDS
 from distributetrain.joblog import Reporter
 from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
 from distributetrain.planner import Plan
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 IMAGE = "distributetrain/base:0.1.0"
 

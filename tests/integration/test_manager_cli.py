@@ -15,9 +15,9 @@ from manager_support import IMAGE, chief_behavior, leftovers
 
 from distributetrain import naming
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.watching import Watched
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -24,8 +24,8 @@ from distributetrain import naming, podstatus
 from distributetrain.errors import CannotPlace, InvalidInput, ScheduleTimeout, WorkerFailed
 from distributetrain.hostfile import parse
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(120)

@@ -12,8 +12,8 @@ from manager_support import chief_behavior, leftovers, manager_pod, orchestrator
 from distributetrain import naming
 from distributetrain.errors import ApiError, InvalidInput
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.watching import Watched
+from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(120)

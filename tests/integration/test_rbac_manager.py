@@ -16,7 +16,7 @@ from manager_support import chief_behavior, leftovers, orchestrator, spec
 from distributetrain.cleanup import delete_job
 from distributetrain.errors import ApiError
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.testing import TestCluster
+from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -29,9 +29,9 @@ from distributetrain.cleanup import JOB_KINDS
 from distributetrain.joblog import Reporter
 from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
-from distributetrain.localcluster.runtime.sim import Behavior
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.orchestrator import Orchestrator
+from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))

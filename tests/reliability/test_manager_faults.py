@@ -25,7 +25,7 @@ from reliability_support import (
 )
 
 from distributetrain.jobspec import ManagerIdentity
-from distributetrain.localcluster.testing import TestCluster
+from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

@@ -22,8 +22,8 @@ from reliability_support import (
 )
 
 from distributetrain import naming
-from distributetrain.localcluster.testing import TestCluster
 from distributetrain.posttraining import failed_rank
+from localcluster.testing import TestCluster
 
 
 def _start(cluster: TestCluster, **fields: str) -> tuple[ManagerThread, dict[str, int]]:

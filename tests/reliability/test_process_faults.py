@@ -25,7 +25,7 @@ from reliability_support import (
     wait_until,
 )
 
-from distributetrain.localcluster.testing import TestCluster
+from localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

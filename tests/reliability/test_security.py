@@ -37,7 +37,7 @@ from reliability_support import (
 )
 
 from distributetrain import manifests, naming, sshkeys
-from distributetrain.localcluster.testing import TestCluster
+from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

@@ -179,6 +179,15 @@ def test_sshd_host_keys_are_deleted_in_the_layer_that_creates_them() -> None:
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
+def test_the_images_copy_the_product_and_not_the_local_cluster(dockerfile: Path) -> None:
+    copied = [f.relative_to(REPO) for f in _copied_files(dockerfile)]
+    assert any(f.parts[:2] == ("src", "distributetrain") for f in copied)
+    assert [str(f) for f in copied if f.parts[0] == "localcluster" or "localcluster" in f.parts[:3]] == []
+    ignored = (dockerfile.parent / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "localcluster" in ignored  # not even in the build context
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.parent.name)
 def test_pip_installs_only_the_pinned_set(dockerfile: Path) -> None:
     pins = constraints()
     copied_names = {Path(src).name for srcs, _ in copies(dockerfile) for src in srcs}

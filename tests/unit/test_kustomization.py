@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from distributetrain.localcluster.testing import kubectl_path
+from localcluster.testing import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,6 @@ def main(verbose: int) -> None:
     Typical use:
       distributetrain inventory                 # free GPUs per node, and why a node is excluded
       distributetrain plan --gpus 6             # preview the placement, create nothing
-      distributetrain local up --nodes 5,3,2    # a local cluster to try it on
     """
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG),
@@ -46,9 +45,9 @@ def main(verbose: int) -> None:
 
 
 def _register_all() -> None:
-    from distributetrain.cli import job, local, plan
+    from distributetrain.cli import job, plan
 
-    for module in (plan, local, job):
+    for module in (plan, job):
         module.register(main)
 
 

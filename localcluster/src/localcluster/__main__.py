@@ -1,0 +1,82 @@
+"""`python -m localcluster serve --dir DIR ...`: the local cluster as a foreground process.
+
+`localcluster up` (cli.py) starts this in its own session and waits for /readyz; `localcluster down` sends
+SIGTERM, on which every pod is stopped and the runtime's state removed before the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+
+from localcluster.certs import DEFAULT_SANS
+from localcluster.cluster import ClusterSpec, LocalCluster
+
+
+def parse_nodes(text: str) -> tuple[int, ...]:
+    try:
+        nodes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected GPU counts like 5,3,2") from None
+    if not nodes or any(n < 0 for n in nodes):
+        raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected one non-negative GPU count per node")
+    return nodes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m localcluster")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the local cluster in the foreground")
+    serve.add_argument("--dir", type=Path, required=True, help="state directory (kubeconfig, ca.crt, pid)")
+    serve.add_argument("--nodes", type=parse_nodes, default=(5, 3, 2), help="GPUs per node, e.g. 5,3,2")
+    serve.add_argument("--cpu-nodes", type=int, default=0,
+                       help="untainted nodes cpu-1, cpu-2, ... without GPUs (default 0)")
+    serve.add_argument("--runtime", choices=("sim", "process"), default="sim")
+    serve.add_argument("--no-gpu-taint", action="store_true", help="do not taint GPU nodes")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
+    serve.add_argument("--san", action="append", default=[], help="extra certificate subject names")
+    return parser
+
+
+async def serve(args: argparse.Namespace) -> None:
+    if args.cpu_nodes < 0:
+        raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
+    spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
+                       runtime=args.runtime,
+                       bind_host=args.host, port=args.port,
+                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
+    cluster = LocalCluster(spec, state_dir=args.dir)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    pid_file = args.dir / "pid"
+    args.dir.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{os.getpid()}\n")
+    try:
+        await cluster.astart()
+        (args.dir / "url").write_text(cluster.url + "\n")
+        logging.getLogger(__name__).warning("local cluster serving at %s (kubeconfig %s)", cluster.url,
+                                            cluster.kubeconfig)
+        await stop.wait()
+    finally:
+        await cluster.astop()
+        for name in ("kubeconfig", "url", "pid"):
+            with contextlib.suppress(FileNotFoundError):
+                (args.dir / name).unlink()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

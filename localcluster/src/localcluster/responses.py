@@ -1,0 +1,29 @@
+"""JSON answers: objects, cached raw JSON, Status errors, aggregated discovery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from localcluster import status as st
+
+AGGREGATED_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+
+
+def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json",
+                        headers=headers)
+
+
+def raw_response(raw: bytes, *, status: int = 200) -> web.Response:
+    return web.Response(body=raw, status=status, content_type="application/json")
+
+
+def status_response(error: st.ApiStatus) -> web.Response:
+    return json_response(error.body(), status=error.code, headers=error.headers or None)
+
+
+def aggregated_response(doc: dict[str, Any]) -> web.Response:
+    return web.Response(body=orjson.dumps(doc), status=200, headers={"Content-Type": AGGREGATED_TYPE})

@@ -1,0 +1,390 @@
+"""The process runtime: a kubelet for every node of the local cluster, running pods as real processes.
+
+Each pod: a pause process holding its network/UTS/IPC namespaces (runtime/netns.py), volumes materialised
+under its directory (runtime/volumes.py), and per container a shim (runtime/sandbox.py) that builds the
+container's private mount namespace and runs the command as PID 1 of its own PID namespace. Status goes back
+through RuntimeHost.update_pod_status exactly as a kubelet reports it (runtime/podstatus.py).
+See docs/local-cluster-processes.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from localcluster.errors import InvalidInput
+from localcluster.images import ImageRegistry
+from localcluster.runtime import podstatus as ps
+from localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.forward import TcpForwarder
+from localcluster.runtime.launch import Launcher
+from localcluster.runtime.logs import container_log
+from localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
+from localcluster.runtime.podenv import NotReadyYet
+from localcluster.runtime.pods import ContainerRun, PodRun
+from localcluster.runtime.probes import checker, run_probe
+from localcluster.runtime.runas import ContainerConfigError
+
+log = logging.getLogger(__name__)
+
+SANDBOX = Path(__file__).with_name("sandbox.py")
+RETRY_SECONDS = 1.0
+
+
+async def _exited(proc: asyncio.subprocess.Process, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+class ProcessRuntime:
+    """Pods as processes. `network`: "netns" (root: a namespace and an IP per pod on a bridge), "loopback"
+    (a 127.x address per pod, shared network), or "auto" (netns when root). Containers get mount and PID
+    namespaces (volumes at their mountPath, a private root) as root, or inside a user namespace without root
+    where the kernel allows it; otherwise they are plain host processes."""
+
+    def __init__(self, *, network: str = "auto", images: ImageRegistry | None = None,
+                 venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
+                 shutdown_grace: float = 2.0) -> None:
+        root = os.geteuid() == 0
+        self.user_namespace = not root and can_use_userns()
+        self.network = ClusterNetwork(mode=network if network != "auto" else (
+            "netns" if can_use_netns() else "loopback"), user_namespace=self.user_namespace)
+        self.isolate = root or self.user_namespace
+        self.images = images or ImageRegistry.default()
+        self.venv_bin = venv_bin or str(Path(sys.executable).parent)
+        # the shim needs only the standard library: any Python 3 this user may run will do
+        self.python = sys.executable if os.access(sys.executable, os.X_OK) else (
+            shutil.which("python3") or sys.executable)
+        self.restart_backoff = restart_backoff
+        self.max_backoff = max_backoff
+        self.shutdown_grace = shutdown_grace
+        self.pods: dict[str, PodRun] = {}              # by uid
+        self.failed_nodes: set[str] = set()
+        self._host: RuntimeHost | None = None
+        self._launcher: Launcher | None = None
+        self._forwarder: TcpForwarder | None = None
+        self._dir = Path("/nonexistent")
+
+    # ---- PodRuntime ---------------------------------------------------------------------------------------
+    @property
+    def api_host(self) -> str:
+        """Where pods reach the API server (valid after start): the bridge's host address, or 127.0.0.1."""
+        return self.network.api_host
+
+    @property
+    def host(self) -> RuntimeHost:
+        assert self._host is not None, "ProcessRuntime.start() was not called"
+        return self._host
+
+    async def prepare_network(self) -> str | None:
+        """Make the bridge; returns the address pods reach the API server on (for its certificate and to
+        listen on), or None when pods share the host's network. LocalCluster calls it before start()."""
+        await self.network.setup()
+        return self.api_host if self.network.mode == "netns" else None
+
+    async def start(self, host: RuntimeHost) -> None:
+        self._host = host
+        self._dir = Path(host.state_dir) / "process"
+        (self._dir / "pods").mkdir(parents=True, exist_ok=True)
+        await self.network.setup()
+        self._launcher = Launcher(host=host, images=self.images, claims_dir=self._dir / "claims",
+                                  venv_bin=self.venv_bin, api_host=self.api_host,
+                                  netns=self.network.mode == "netns", isolate=self.isolate,
+                                  user_namespace=self.user_namespace)
+
+    @property
+    def launcher(self) -> Launcher:
+        assert self._launcher is not None, "ProcessRuntime.start() was not called"
+        return self._launcher
+
+    async def run_pod(self, pod: dict[str, Any]) -> None:
+        run = PodRun.of(pod, directory=self._dir / "pods" / pod["metadata"]["uid"], images=self.images)
+        self.pods[run.uid] = run
+        node = self.host.get("nodes", None, run.node) or {}
+        pod_cidr = str((node.get("spec") or {}).get("podCIDR") or "")
+        run.host_ip = self.network.host_ip(run.node, pod_cidr=pod_cidr)
+        if run.node in self.failed_nodes:
+            await self._lose(run)
+            return
+        run.spawn(self._pod_main(run))
+
+    async def stop_pod(self, pod: dict[str, Any], grace_seconds: float) -> None:
+        run = self.pods.get(pod["metadata"].get("uid", ""))
+        if run is None:
+            return
+        run.deleting = True
+        await run.cancel_setup()
+        await self._kill_containers(run, grace_seconds)
+        await run.cancel_all()
+        await self._release(run)
+        self.pods.pop(run.uid, None)
+
+    async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
+                   tail_lines: int | None) -> AsyncIterator[bytes]:
+        run = next((r for r in reversed(self.pods.values()) if (r.namespace, r.name) == (namespace, name)),
+                   None)
+        ctr = run.container(container) if run is not None else None
+        if run is None or ctr is None:
+            return
+        stream = container_log(run, ctr, follow=follow, tail_lines=tail_lines)
+        async with contextlib.aclosing(stream) as chunks:  # the log file closes with the client's stream
+            async for chunk in chunks:
+                yield chunk
+
+    async def fail_node(self, node: str) -> None:
+        self.failed_nodes.add(node)
+        await self.host.set_node_ready(node, False, reason="NodeStatusUnknown",
+                                       message="Kubelet stopped posting node status.")
+        await asyncio.gather(*(self._lose(run) for run in list(self.pods.values())
+                               if run.node == node and not run.lost))
+
+    async def shutdown(self) -> None:
+        runs = list(self.pods.values())
+        await asyncio.gather(*(self.stop_pod(r.pod, min(r.grace, self.shutdown_grace)) for r in runs),
+                             return_exceptions=True)
+        if self._forwarder is not None:
+            await self._forwarder.close()
+            self._forwarder = None
+        await self.network.teardown()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # ---- one pod ------------------------------------------------------------------------------------------
+    async def _pod_main(self, run: PodRun) -> None:
+        try:
+            run.start_time = ps.now()
+            await self._report(run)
+            run.net = await self.network.create_pod(node=run.node, hostname=run.hostname)
+            run.ip = run.net.ip
+            run.sandbox_ready = True
+            await self._report(run)
+            await self._ensure_forwarder()
+            run.volumes = await self._retry(run, lambda: self.launcher.volumes(run))
+            self.launcher.assign_gpus(run)
+            for ctr in run.init:
+                if not await self._run_init(run, ctr):
+                    return
+            run.init_done = True
+            await self._report(run)
+            for ctr in run.app:
+                run.spawn(self._supervise(run, ctr))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a pod that cannot be set up fails; the runtime goes on
+            log.exception("pod %s/%s could not start", run.namespace, run.name)
+            run.reason, run.message = "RunContainerError", str(e)
+            for ctr in run.all_containers:
+                if not ctr.view.is_terminated:
+                    ctr.view.state = ps.waiting("RunContainerError", str(e))
+            await self._report(run)
+
+    async def _retry(self, run: PodRun, make: Any) -> Any:
+        """Wait, like the kubelet, for referenced Secrets/ConfigMaps that do not exist yet."""
+        while True:
+            try:
+                return make()
+            except NotReadyYet as e:
+                for ctr in run.all_containers:
+                    ctr.view.state = ps.waiting("ContainerCreating", f"MountVolume.SetUp failed: {e}")
+                await self._report(run)
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _run_init(self, run: PodRun, ctr: ContainerRun) -> bool:
+        """Run an init container to success (restarting it unless restartPolicy is Never)."""
+        while True:
+            code = await self._run_once(run, ctr)
+            if code == 0:
+                ctr.view.ready = True
+                return True
+            if run.restart_policy == "Never" or run.deleting:
+                await self._finish_if_done(run)
+                return False
+            await self._backoff(run, ctr)
+
+    async def _supervise(self, run: PodRun, ctr: ContainerRun) -> None:
+        while True:
+            code = await self._run_once(run, ctr)
+            if run.deleting or run.lost:
+                return
+            if run.restart_policy == "Never" or (run.restart_policy == "OnFailure" and code == 0):
+                await self._finish_if_done(run)
+                return
+            await self._backoff(run, ctr)
+
+    async def _backoff(self, run: PodRun, ctr: ContainerRun) -> None:
+        delay = min(self.max_backoff, self.restart_backoff * 2 ** min(ctr.view.restart_count, 16))
+        ctr.view.last_state = ctr.view.state
+        ctr.view.state = ps.waiting("CrashLoopBackOff", f"back-off {delay:g}s restarting failed container="
+                                    f"{ctr.name} pod={run.name}_{run.namespace}({run.uid})")
+        ctr.view.restart_count += 1
+        await self._report(run)
+        await asyncio.sleep(delay)
+
+    async def _finish_if_done(self, run: PodRun) -> None:
+        phase = run.phase()
+        if phase in ("Succeeded", "Failed"):
+            self.launcher.release_gpus(run)
+        await self._report(run)
+
+    async def _run_once(self, run: PodRun, ctr: ContainerRun) -> int:
+        """Start the container once, wait for its end and report every step; returns its exit code."""
+        config = await self._retry_config(run, ctr)
+        if config is None:
+            return 128
+        spec_path = ctr.directory / "spec.json"
+        ctr.generation += 1
+        ctr.directory.mkdir(parents=True, exist_ok=True)
+        (ctr.directory / "rootfs").mkdir(exist_ok=True)
+        spec_path.write_text(json.dumps({**config, "log": str(ctr.log_path)}))
+        ctr.log_path.touch()
+        with ctr.log_path.open("ab") as log_file:  # the shim's own errors land in the container's log
+            proc = await spawn(
+                "setpriv", "--pdeathsig", "KILL", "--", self.python, "-I", "-S", str(SANDBOX), str(spec_path),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log_file,
+                start_new_session=True)
+        ctr.proc = proc
+        assert proc.stdout is not None
+        line = (await proc.stdout.readline()).decode(errors="replace").strip()
+        started_at = ps.now()
+        if line.startswith("started "):
+            ctr.pid = int(line.split()[1])
+            ctr.view.container_id = f"process://{run.uid[:8]}-{ctr.name}-{ctr.generation}"
+            ctr.view.state, ctr.view.started = ps.running(started_at), True
+            ctr.view.ready = not ctr.init and "readinessProbe" not in ctr.spec
+            await self._report(run)
+            self._start_probes(run, ctr, config["env"])
+            returncode = await proc.wait()
+            reason, message = None, None
+        else:
+            returncode = await proc.wait()
+            reason, message = "StartError", line.removeprefix("error ").strip() or "the sandbox failed"
+        await ctr.stop_probes()
+        code = 128 if reason == "StartError" else ps.exit_code_of(returncode)
+        if ctr.killed_by_node_loss:
+            return code
+        ctr.pid, ctr.proc = None, None
+        ctr.view.ready = False
+        ctr.view.state = ps.terminated(code, started_at=started_at, finished_at=ps.now(), reason=reason,
+                                       message=message, container_id=ctr.view.container_id)
+        await self._report(run)
+        return code
+
+    async def _retry_config(self, run: PodRun, ctr: ContainerRun) -> dict[str, Any] | None:
+        while not run.deleting:
+            try:
+                return self.launcher.sandbox_spec(run, ctr)
+            except (NotReadyYet, ContainerConfigError) as e:
+                ctr.view.state = ps.waiting("CreateContainerConfigError", str(e))
+            except InvalidInput as e:  # the image maps to a Dockerfile that cannot be used
+                ctr.view.state = ps.waiting("ErrImagePull", str(e))
+            except ValueError as e:
+                ctr.view.state = ps.waiting("CreateContainerError", str(e))
+            await self._report(run)
+            await asyncio.sleep(RETRY_SECONDS)
+        return None
+
+    def _start_probes(self, run: PodRun, ctr: ContainerRun, env: dict[str, str]) -> None:
+        assert ctr.pid is not None
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = ctr.spec.get(kind)
+            if not probe or ctr.init:
+                continue
+            check = checker(probe, container=ctr.spec, pod_ip=run.ip, pid=ctr.pid, env=env,
+                            isolated=self.isolate, user_ns=self.user_namespace)
+            if kind == "readinessProbe":
+                async def ready(ok: bool, ctr: ContainerRun = ctr) -> None:
+                    ctr.view.ready = ok and ctr.is_running
+                    await self._report(run)
+                ctr.probe_tasks.append(asyncio.ensure_future(run_probe(probe, check, initial=False,
+                                                                       on_change=ready)))
+            else:
+                async def alive(ok: bool, ctr: ContainerRun = ctr) -> None:
+                    if not ok and ctr.proc is not None and ctr.proc.returncode is None:
+                        log.info("container %s of %s/%s failed its liveness probe", ctr.name, run.namespace,
+                                 run.name)
+                        await self._kill(ctr, float(run.grace))
+                ctr.probe_tasks.append(asyncio.ensure_future(run_probe(probe, check, initial=True,
+                                                                       on_change=alive)))
+
+    # ---- stopping -----------------------------------------------------------------------------------------
+    async def _kill(self, ctr: ContainerRun, grace: float) -> None:
+        proc, pid = ctr.proc, ctr.pid
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)  # the shim hands it to the container's PID 1
+        if await _exited(proc, grace):
+            return
+        # SIGKILL PID 1 itself: its whole PID namespace dies and the shim reaps it and reports 137. Killing
+        # the shim instead would leave PID 1 a zombie for the host's init to collect.
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not self.isolate:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if not await _exited(proc, 5):
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+
+    async def _kill_containers(self, run: PodRun, grace: float) -> None:
+        await asyncio.gather(*(self._kill(c, grace) for c in run.all_containers))
+
+    async def _release(self, run: PodRun) -> None:
+        self.launcher.release_gpus(run)
+        if run.net is not None:
+            await self.network.delete_pod(run.net)
+            run.net = None
+        shutil.rmtree(run.dir, ignore_errors=True)
+
+    async def _lose(self, run: PodRun) -> None:
+        """The node died under the pod: everything ends at once, as with a power cut."""
+        run.lost = True
+        for ctr in run.all_containers:
+            ctr.killed_by_node_loss = True
+        await run.cancel_setup()
+        await self._kill_containers(run, 0)
+        finished = ps.now()
+        for ctr in run.all_containers:
+            started = ctr.view.state.get("running", {}).get("startedAt")
+            if not ctr.view.is_terminated:
+                ctr.view.state = ps.terminated(137, started_at=started, finished_at=finished,
+                                               reason="ContainerStatusUnknown",
+                                               message="The container could not be located when the pod was "
+                                                       "terminated")
+            ctr.view.ready = False
+        run.reason = "NodeLost"
+        run.message = f"Node {run.node} which was running pod {run.name} is unresponsive"
+        self.launcher.release_gpus(run)
+        await self._report(run)
+
+    async def _ensure_forwarder(self) -> None:
+        """Pods reach the API server on the bridge address; when the server listens elsewhere (127.0.0.1),
+        splice connections through to it."""
+        if self.network.mode != "netns" or self._forwarder is not None or self.host.api_host == self.api_host:
+            return
+        self._forwarder = TcpForwarder(listen=(self.api_host, self.host.api_port),
+                                       target=(self.host.api_host, self.host.api_port))
+        await self._forwarder.start()
+
+    # ---- status -------------------------------------------------------------------------------------------
+    async def _report(self, run: PodRun) -> None:
+        if run.deleting and not run.lost:
+            return
+        current = self.host.get("pods", run.namespace, run.name)
+        if current is None or current["metadata"].get("uid") != run.uid:
+            return
+        await self.host.update_pod_status(run.namespace, run.name,
+                                          run.status((current.get("status") or {}).get("conditions") or []))

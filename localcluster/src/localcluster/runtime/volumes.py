@@ -1,0 +1,199 @@
+"""Pod volumes as host directories, and the bind mounts that put them at each container's mountPath.
+
+Every volume is materialised once per pod under the pod's directory (emptyDir, secret, configMap, downwardAPI,
+projected, the service-account token), except hostPath (the host path itself) and persistentVolumeClaim (one
+directory per claim under the cluster's state dir, kept across pods until `localcluster down`). The sandbox
+(runtime/sandbox.py) bind-mounts them inside the container's private mount namespace. Secret and configMap
+contents are written when the pod starts and not refreshed afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from localcluster.runtime.podenv import Getter, NotReadyYet, field_value, resource_value
+
+SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_VOLUME = "kube-api-access"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str          # host path (directory or file)
+    dest: str            # path inside the container
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What volume sources need to know about the pod and the cluster."""
+
+    pod: Mapping[str, Any]
+    pod_ip: str
+    host_ip: str
+    allocatable: Mapping[str, Any]
+    ca_cert_pem: bytes
+    token: str
+
+
+def _write(directory: Path, files: Mapping[str, bytes], modes: Mapping[str, int], default_mode: int) -> None:
+    for rel, content in files.items():
+        target = directory / PurePosixPath(rel)
+        if ".." in PurePosixPath(rel).parts or PurePosixPath(rel).is_absolute():
+            raise ValueError(f"volume item path {rel!r} must be relative and must not contain '..'")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        os.chmod(target, modes.get(rel, default_mode))
+
+
+def _keyed(data: Mapping[str, bytes], items: list[dict[str, Any]] | None, what: str,
+           optional: bool) -> tuple[dict[str, bytes], dict[str, int]]:
+    if not items:
+        return dict(data), {}
+    files, modes = {}, {}
+    for item in items:
+        if item["key"] not in data:
+            if optional:
+                continue
+            raise NotReadyYet(f"configmap/secret {what} has no key {item['key']}")
+        files[item["path"]] = data[item["key"]]
+        if "mode" in item:
+            modes[item["path"]] = int(item["mode"])
+    return files, modes
+
+
+def object_bytes(obj: Mapping[str, Any], secret: bool) -> dict[str, bytes]:
+    if secret:
+        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
+        return data
+    data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+    return data
+
+
+def _object_files(get: Getter, namespace: str, source: Mapping[str, Any], secret: bool,
+                  ca_cert_pem: bytes) -> tuple[dict[str, bytes], dict[str, int]]:
+    name = source.get("secretName") if secret else source.get("name")
+    kind = "secrets" if secret else "configmaps"
+    obj = get(kind, namespace, name or "")
+    if obj is None and not secret and name == "kube-root-ca.crt":
+        obj = {"data": {"ca.crt": ca_cert_pem.decode()}}  # the CA configmap every namespace gets
+    if obj is None:
+        if source.get("optional"):
+            return {}, {}
+        raise NotReadyYet(f'{"secret" if secret else "configmap"} "{name}" not found')
+    return _keyed(object_bytes(obj, secret), source.get("items"), f"{namespace}/{name}",
+                  bool(source.get("optional")))
+
+
+def _downward_files(ctx: PodContext, items: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, int]]:
+    files, modes = {}, {}
+    containers = {c["name"]: c for c in ctx.pod.get("spec", {}).get("containers", [])}
+    for item in items:
+        if "fieldRef" in item:
+            value = field_value(ctx.pod, item["fieldRef"]["fieldPath"], pod_ip=ctx.pod_ip,
+                                host_ip=ctx.host_ip)
+        else:
+            ref = item["resourceFieldRef"]
+            container = containers.get(ref.get("containerName", ""), next(iter(containers.values()), {}))
+            value = resource_value(container, ref, ctx.allocatable)
+        files[item["path"]] = value.encode()
+        if "mode" in item:
+            modes[item["path"]] = int(item["mode"])
+    return files, modes
+
+
+def service_account_files(ctx: PodContext) -> dict[str, bytes]:
+    return {"token": ctx.token.encode(), "ca.crt": ctx.ca_cert_pem,
+            "namespace": ctx.pod.get("metadata", {}).get("namespace", "default").encode()}
+
+
+def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_dir: Path,
+                claims_dir: Path) -> str:
+    """Make the volume's host directory (or find it) and return its path."""
+    namespace = ctx.pod.get("metadata", {}).get("namespace", "default")
+    target = pod_dir / "volumes" / volume["name"]
+    if "hostPath" in volume:
+        return _host_path(volume["hostPath"])
+    if "persistentVolumeClaim" in volume:
+        claim = claims_dir / namespace / volume["persistentVolumeClaim"]["claimName"]
+        claim.mkdir(parents=True, exist_ok=True)
+        return str(claim)
+    files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    default_mode = 0o644
+    if "secret" in volume or "configMap" in volume:
+        secret = "secret" in volume
+        source = volume["secret"] if secret else volume["configMap"]
+        files, modes = _object_files(get, namespace, source, secret, ctx.ca_cert_pem)
+        default_mode = int(source.get("defaultMode", 0o644))
+    elif "downwardAPI" in volume:
+        files, modes = _downward_files(ctx, volume["downwardAPI"].get("items") or [])
+        default_mode = int(volume["downwardAPI"].get("defaultMode", 0o644))
+    elif "projected" in volume:
+        default_mode = int(volume["projected"].get("defaultMode", 0o644))
+        for source in volume["projected"].get("sources") or []:
+            more: dict[str, bytes]
+            more_modes: dict[str, int] = {}
+            if "serviceAccountToken" in source:
+                more = {source["serviceAccountToken"]["path"]: ctx.token.encode()}
+            elif "downwardAPI" in source:
+                more, more_modes = _downward_files(ctx, source["downwardAPI"].get("items") or [])
+            elif "secret" in source:
+                more, more_modes = _object_files(get, namespace, {"secretName": source["secret"].get("name"),
+                                                                  **source["secret"]}, True, ctx.ca_cert_pem)
+            elif "configMap" in source:
+                more, more_modes = _object_files(get, namespace, source["configMap"], False, ctx.ca_cert_pem)
+            else:
+                continue
+            files.update(more)
+            modes.update(more_modes)
+    elif "emptyDir" not in volume:
+        raise ValueError(f"volume {volume['name']}: only emptyDir, secret, configMap, downwardAPI, "
+                         "projected, hostPath and persistentVolumeClaim volumes are emulated locally")
+    target.mkdir(parents=True, exist_ok=True)
+    os.chmod(target, 0o777 if "emptyDir" in volume else 0o755)
+    _write(target, files, modes, default_mode)
+    return str(target)
+
+
+def _host_path(source: Mapping[str, Any]) -> str:
+    path, kind = source["path"], source.get("type", "")
+    if kind == "DirectoryOrCreate":
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    elif kind == "FileOrCreate" and not os.path.exists(path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).touch(mode=0o644)
+    checks = {"Directory": stat.S_ISDIR, "File": stat.S_ISREG, "Socket": stat.S_ISSOCK,
+              "CharDevice": stat.S_ISCHR, "BlockDevice": stat.S_ISBLK}
+    if kind in checks and not (os.path.exists(path) and checks[kind](os.stat(path).st_mode)):
+        raise NotReadyYet(f"hostPath type check failed: {path} is not a {kind}")
+    return str(path)
+
+
+def container_mounts(container: Mapping[str, Any], volumes: Mapping[str, str]) -> list[Mount]:
+    mounts = []
+    for vm in container.get("volumeMounts") or []:
+        source = volumes[vm["name"]]
+        if vm.get("subPath"):
+            source = os.path.join(source, vm["subPath"])
+            if not os.path.exists(source):
+                os.makedirs(source, exist_ok=True)  # the kubelet creates a missing subPath as a directory
+        mounts.append(Mount(source=source, dest=vm["mountPath"], read_only=bool(vm.get("readOnly"))))
+    return mounts
+
+
+def wants_service_account(pod: Mapping[str, Any], account: Mapping[str, Any] | None) -> bool:
+    spec = pod.get("spec", {})
+    if spec.get("automountServiceAccountToken") is not None:
+        return bool(spec["automountServiceAccountToken"])
+    if account is not None and account.get("automountServiceAccountToken") is not None:
+        return bool(account["automountServiceAccountToken"])
+    return True

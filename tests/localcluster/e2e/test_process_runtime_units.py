@@ -1,0 +1,248 @@
+"""The process runtime's pure parts: image mapping, Kubernetes env/argv rules, status rendering, addresses.
+No root, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from localcluster.errors import InvalidInput
+from localcluster.images import (
+    ImageConfig,
+    ImageMapping,
+    ImageRegistry,
+    container_argv,
+    image_path,
+    parse_dockerfile,
+)
+from localcluster.runtime import podstatus as ps
+from localcluster.runtime.netns import (
+    AddressPool,
+    choose_second_octet,
+    cidr_index,
+    node_index,
+)
+from localcluster.runtime.podenv import (
+    NotReadyYet,
+    container_env,
+    expand,
+    hosts_file,
+    pod_hostname,
+)
+from localcluster.runtime.probes import ProbeTiming, ProbeTracker
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize(("image", "path"), [
+    ("busybox", "busybox"),
+    ("busybox:1.36", "busybox"),
+    ("registry.example.com:5000/team/train:1.0", "team/train"),
+    ("localhost/distributetrain/base@sha256:abc", "distributetrain/base"),
+    ("docker.io/library/python:3.11-slim", "library/python"),
+])
+def test_image_path_drops_registry_tag_and_digest(image: str, path: str) -> None:
+    assert image_path(image) == path
+
+
+def test_default_registry_maps_the_repository_images() -> None:
+    registry = ImageRegistry.default(REPO)
+    base, manager = registry.lookup("registry.example.com/distributetrain/base:0.1.0"), registry.lookup(
+        "distributetrain/manager:0.1.0")
+    assert base is not None and base.dockerfile == REPO / "base-image" / "Dockerfile"
+    assert manager is not None and manager.dockerfile == REPO / "manager-image" / "Dockerfile"
+    assert registry.resolve("python:3.11-slim") == ImageConfig(name="python:3.11-slim")
+
+
+def test_base_image_dockerfile_gives_its_files_and_defaults() -> None:
+    config = ImageRegistry.default(REPO).resolve("distributetrain/base:0.1.0")
+    dests = {f.dest: f for f in config.files}
+    assert dests["/opt/distributetrain/Train.py"].source == REPO / "base-image" / "Train.py"
+    assert dests["/usr/local/bin/distributetrain-entrypoint"].mode == 0o755
+    assert not any(d.startswith("/tmp/") for d in dests)  # build inputs a RUN deletes are not exposed
+    assert config.entrypoint == ("/usr/local/bin/distributetrain-entrypoint",)
+    assert config.cmd == ("worker",)
+    assert config.workdir == "/opt/distributetrain"
+    assert dict(config.env)["DT_SSH_PORT"] == "2222"
+
+
+def test_dockerfile_parsing_rules(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "b.txt").write_text("b")
+    (tmp_path / "dir").mkdir()
+    text = """\
+# comment
+ARG BASE=/app
+FROM --platform=linux/amd64 python:3.11 AS build
+ENV ONE=1 \\
+    TWO="two words"
+ENV THREE ${ONE}-$TWO
+WORKDIR ${BASE:-/fallback}
+WORKDIR sub
+COPY *.txt ./
+COPY --from=build /x /y
+COPY ["dir", "/data/"]
+CMD python -m app
+"""
+    config = parse_dockerfile(text, name="x", dockerfile=tmp_path / "Dockerfile", context=tmp_path)
+    env = dict(config.env)
+    assert env["ONE"] == "1" and env["TWO"] == "two words" and env["THREE"] == "1-two words"
+    assert env["PATH"].endswith("/usr/bin:/sbin:/bin")
+    assert config.workdir == "/app/sub"
+    assert [(f.source.name, f.dest) for f in config.files] == [
+        ("a.txt", "/app/sub/a.txt"), ("b.txt", "/app/sub/b.txt"), ("dir", "/data/")]
+    assert config.cmd == ("/bin/sh", "-c", "python -m app")
+
+
+def test_entrypoint_resets_an_inherited_cmd(tmp_path: Path) -> None:
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "Dockerfile").write_text('FROM debian\nENTRYPOINT ["/a"]\nCMD ["b"]\n')
+    (tmp_path / "child").mkdir()
+    (tmp_path / "child" / "Dockerfile").write_text('FROM team/base:1\nENTRYPOINT ["/c"]\n')
+    registry = ImageRegistry((ImageMapping("team/base", tmp_path / "base" / "Dockerfile"),
+                              ImageMapping("team/child", tmp_path / "child" / "Dockerfile")))
+    child = registry.resolve("team/child")
+    assert (child.entrypoint, child.cmd) == (("/c",), ())
+    assert registry.resolve("team/base").cmd == ("b",)
+
+
+def test_copy_of_a_missing_file_names_it(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY nothing.sh /x\n")
+    registry = ImageRegistry((ImageMapping("team/app", tmp_path / "Dockerfile"),))
+    with pytest.raises(InvalidInput, match=r"nothing\.sh"):
+        registry.resolve("team/app")
+
+
+@pytest.mark.parametrize(("command", "args", "argv"), [
+    (None, None, ["/entry", "cmd-default"]),
+    (None, ["x"], ["/entry", "x"]),
+    (["/bin/true"], None, ["/bin/true"]),
+    (["/bin/echo"], ["y"], ["/bin/echo", "y"]),
+])
+def test_command_and_args_follow_kubernetes(command: list[str] | None, args: list[str] | None,
+                                            argv: list[str]) -> None:
+    image = ImageConfig(name="i", entrypoint=("/entry",), cmd=("cmd-default",))
+    assert container_argv(image, command, args) == argv
+
+
+def test_env_order_and_expansion() -> None:
+    objects = {("configmaps", "ns", "cm"): {"data": {"A": "from-cm", "B": "b", "bad-key!": "skipped"}}}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"x": "1"}},
+           "spec": {"nodeName": "node-2"}}
+    container = {"name": "c", "envFrom": [{"configMapRef": {"name": "cm"}}],
+                 "env": [{"name": "A", "value": "explicit-$(B)"}, {"name": "ESC", "value": "$$(B)"},
+                         {"name": "LBL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['x']"}}},
+                         {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}}]}
+    env = container_env(pod=pod, container=container, get=lambda r, n, k: objects.get((r, n or "", k)),
+                        image_env=[("A", "image"), ("PATH", "/bin")], base={"HOSTNAME": "p"},
+                        pod_ip="10.244.2.3", host_ip="10.244.2.1", allocatable={"cpu": "64"})
+    assert env["A"] == "explicit-b" and env["B"] == "b" and env["ESC"] == "$(B)"
+    assert env["LBL"] == "1" and env["CPU"] == "64" and env["PATH"] == "/bin"
+    assert "bad-key!" not in env
+
+
+def test_missing_config_map_keeps_the_container_waiting() -> None:
+    container = {"name": "c", "env": [
+        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "no", "key": "k"}}}]}
+    with pytest.raises(NotReadyYet, match='configmap "no" not found'):
+        container_env(pod={"metadata": {}, "spec": {}}, container=container, get=lambda r, n, k: None,
+                      image_env=[], base={}, pod_ip="", host_ip="", allocatable={})
+    optional = {"name": "c", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {
+        "name": "no", "key": "k", "optional": True}}}]}
+    assert "X" not in container_env(pod={"metadata": {}, "spec": {}}, container=optional,
+                                    get=lambda r, n, k: None, image_env=[], base={}, pod_ip="", host_ip="",
+                                    allocatable={})
+
+
+def test_expand_leaves_unknown_references() -> None:
+    assert expand("$(A) $(NOPE) $$(A) $", {"A": "1"}) == "1 $(NOPE) $(A) $"
+
+
+def test_hostname_and_hosts_file() -> None:
+    pod = {"metadata": {"name": "job-worker-0", "namespace": "ml"},
+           "spec": {"hostname": "w0", "subdomain": "job", "hostAliases": [{"ip": "10.0.0.9",
+                                                                           "hostnames": ["db"]}]}}
+    assert pod_hostname(pod) == ("w0", "w0.job.ml.svc.cluster.local")
+    hosts = hosts_file(pod, "10.244.1.7")
+    assert "10.244.1.7\tw0.job.ml.svc.cluster.local\tw0\n" in hosts
+    assert "10.0.0.9\tdb" in hosts
+    assert "127.0.0.1\tw0" not in hosts
+    assert pod_hostname({"metadata": {"name": "x" * 70}, "spec": {}})[0] == "x" * 63
+
+
+def view(state: dict[str, object], restarts: int = 0) -> ps.ContainerView:
+    return ps.ContainerView(name="c", image="i", image_id="i", state=state, restart_count=restarts)
+
+
+@pytest.mark.parametrize(("policy", "codes", "phase"), [
+    ("Never", [0, 0], "Succeeded"),
+    ("Never", [0, 1], "Failed"),
+    ("OnFailure", [0, 0], "Succeeded"),
+    ("Always", [0, 0], "Running"),
+])
+def test_phase_of_finished_containers(policy: str, codes: list[int], phase: str) -> None:
+    containers = [view(ps.terminated(c, started_at=None, finished_at="t")) for c in codes]
+    assert ps.pod_phase([], containers, policy, init_done=True) == phase
+
+
+def test_phase_while_starting_and_running() -> None:
+    assert ps.pod_phase([], [view(ps.waiting("ContainerCreating"))], "Never", init_done=True) == "Pending"
+    assert ps.pod_phase([], [view(ps.running("t")), view(ps.waiting("ContainerCreating"))], "Never",
+                        init_done=True) == "Running"
+    failed_init = view(ps.terminated(1, started_at=None, finished_at="t"))
+    assert ps.pod_phase([failed_init], [view(ps.waiting("PodInitializing"))], "Never",
+                        init_done=False) == "Failed"
+    assert ps.exit_code_of(-9) == 137 and ps.exit_code_of(3) == 3
+
+
+def test_conditions_keep_pod_scheduled_and_transition_times() -> None:
+    scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "t0"}
+    ready = view(ps.running("t"))
+    ready.ready = True
+    first = ps.conditions([scheduled], sandbox_ready=True, init_done=True, app=[ready], init_pending=[],
+                          phase="Running")
+    by_type = {c["type"]: c for c in first}
+    assert by_type["PodScheduled"] == scheduled
+    assert by_type["Ready"]["status"] == by_type["ContainersReady"]["status"] == "True"
+    old = dict(by_type["Ready"], lastTransitionTime="long-ago")
+    again = {c["type"]: c for c in ps.conditions([scheduled, old], sandbox_ready=True, init_done=True,
+                                                   app=[ready], init_pending=[], phase="Running")}
+    assert again["Ready"]["lastTransitionTime"] == "long-ago"
+    ready.ready = False
+    unready = {c["type"]: c for c in ps.conditions([scheduled], sandbox_ready=True, init_done=True,
+                                                     app=[ready], init_pending=[], phase="Running")}
+    assert unready["Ready"]["reason"] == "ContainersNotReady"
+    assert unready["Ready"]["message"] == "containers with unready status: [c]"
+
+
+def test_probe_thresholds() -> None:
+    tracker = ProbeTracker(ProbeTiming(success_threshold=2, failure_threshold=3))
+    assert [tracker.record(ok) for ok in (True, True)] == [False, True] and tracker.result
+    assert [tracker.record(ok) for ok in (False, False, True, False, False, False)] == \
+        [False, False, False, False, False, True]
+    assert not tracker.result
+
+
+def test_subnet_choice_skips_what_the_machine_uses() -> None:
+    addresses = [{"addr_info": [{"local": "10.244.0.1", "prefixlen": 16}]},
+                 {"addr_info": [{"local": "192.0.2.2", "prefixlen": 24}]}]
+    routes = [{"dst": "default"}, {"dst": "10.245.3.0/24"}]
+    assert choose_second_octet(addresses, routes) == 246
+    assert choose_second_octet([], []) == 244
+
+
+def test_pod_addresses_per_node() -> None:
+    known: dict[str, int] = {}
+    assert [node_index(n, known) for n in ("node-3", "gpu-a", "node-1", "node-3")] == [3, 1, 2, 3]
+    # a node's podCIDR decides its number, so cpu-1 (10.244.4.0/24) never takes node-1's range
+    known = {}
+    assert node_index("cpu-1", known, pod_cidr="10.244.4.0/24") == 4
+    assert node_index("node-1", known, pod_cidr="10.244.1.0/24") == 1
+    assert node_index("cpu-2", known) == 2
+    assert [cidr_index(c) for c in ("10.244.7.0/24", "10.245.1.0/24", "192.168.1.0/24", "")] == [7, 0, 0, 0]
+    pool = AddressPool(10, 244)
+    first, second = pool.allocate(3), pool.allocate(3)
+    assert (first, second, pool.node_ip(3)) == ("10.244.3.2", "10.244.3.3", "10.244.3.1")
+    pool.release(first)
+    assert pool.allocate(3) == first

@@ -1,0 +1,163 @@
+"""The local cluster's own Kubernetes resource rules (localcluster/quantity.py, localcluster/podresources.py),
+and that they agree with the product's independent implementation (distributetrain/podrequests.py) on
+generated pods: two implementations of one rule, so a mistake in either shows up here."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distributetrain import podrequests as product
+from distributetrain import quantity as product_quantity
+from distributetrain.errors import InvalidQuantity as ProductInvalidQuantity
+from localcluster.errors import InvalidInput, InvalidQuantity
+from localcluster.podresources import GPU_RESOURCE, container_requests, holds_resources, pod_requests
+from localcluster.quantity import format_quantity, parse_count, parse_quantity
+
+GPU = GPU_RESOURCE
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("8", Fraction(8)), ("+3", Fraction(3)), ("-2", Fraction(-2)), ("500m", Fraction(1, 2)),
+    ("250u", Fraction(1, 4000)), ("5n", Fraction(5, 10**9)), ("1k", Fraction(1000)),
+    ("2E", Fraction(2 * 10**18)), ("1Ki", Fraction(1024)), ("1.5Gi", Fraction(3 * 2**29)),
+    ("1Ei", Fraction(2**60)), (".5", Fraction(1, 2)),
+    ("1.", Fraction(1)), ("1e3", Fraction(1000)), ("1E-3", Fraction(1, 1000)), ("12e+2", Fraction(1200)),
+    (" 4 ", Fraction(4)), (7, Fraction(7)), (0.1, Fraction(1, 10)),
+])
+def test_parse_quantity(text: str | int | float, expected: Fraction) -> None:
+    assert parse_quantity(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1K", "1e", "--1", "1 Gi", "Gi", "1.2.3", "0x10", "1gi",
+                                  "\u0665", True])
+def test_parse_quantity_rejects_what_kubernetes_rejects(text: str) -> None:
+    with pytest.raises(InvalidQuantity, match=r"^node n1 allocatable: .* is not a Kubernetes") as caught:
+        parse_quantity(text, what="node n1 allocatable")
+    assert isinstance(caught.value, InvalidInput)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("8", 8), ("1000m", 1), ("2k", 2000), (3, 3), ("1e1", 10)])
+def test_parse_count(text: str | int, expected: int) -> None:
+    assert parse_count(text, what="gpus") == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [("500m", "not a whole number"), ("-1", "negative"),
+                                               ("two", "not a Kubernetes quantity")])
+def test_parse_count_refuses_fractions_and_negatives(text: str, message: str) -> None:
+    with pytest.raises(InvalidQuantity, match=message):
+        parse_count(text, what="container c nvidia.com/gpu")
+
+
+@pytest.mark.parametrize(("amount", "expected"), [(Fraction(8), "8"), (Fraction(3, 2), "1500m"),
+                                                  (Fraction(1, 1000), "1m"), (Fraction(1, 3), str(1 / 3))])
+def test_format_quantity(amount: Fraction, expected: str) -> None:
+    assert format_quantity(amount) == expected
+
+
+def ctr(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+        restart_policy: str | None = None) -> dict[str, Any]:
+    resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v is not None}
+    out: dict[str, Any] = {"name": name, "image": "x", "resources": resources}
+    if restart_policy:
+        out["restartPolicy"] = restart_policy
+    return out
+
+
+def pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None,
+        overhead: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers, "initContainers": init or []}
+    if overhead is not None:
+        spec["overhead"] = overhead
+    return {"metadata": {"name": "p", "namespace": "ml"}, "spec": spec}
+
+
+def test_container_requests_limits_stand_in_and_requests_win() -> None:
+    assert container_requests(ctr("a", limits={GPU: "4", "cpu": "2"}, requests={"cpu": "500m"})) == {
+        GPU: Fraction(4), "cpu": Fraction(1, 2)}
+    assert container_requests({"name": "bare"}) == {}
+    assert container_requests({"name": "nulls", "resources": {"requests": None, "limits": None}}) == {}
+
+
+@pytest.mark.parametrize(("spec", "gpus", "why"), [
+    (pod([ctr("a", limits={GPU: "2"}), ctr("b", limits={GPU: "3"})]), 5, "app containers add up"),
+    (pod([ctr("a", limits={GPU: "1"})], init=[ctr("i", limits={GPU: "4"})]), 4, "the init peak wins"),
+    (pod([ctr("a", limits={GPU: "3"})], init=[ctr("i", limits={GPU: "2"})]), 3, "a small init adds nothing"),
+    (pod([ctr("a", limits={GPU: "2"})], init=[ctr("s", limits={GPU: "1"}, restart_policy="Always")]), 3,
+     "a sidecar runs beside the app containers"),
+    (pod([ctr("a", limits={GPU: "1"})],
+         init=[ctr("s", limits={GPU: "1"}, restart_policy="Always"), ctr("i", limits={GPU: "4"})]), 5,
+     "an init container runs beside the sidecars started before it"),
+    (pod([ctr("a", limits={GPU: "1"})],
+         init=[ctr("i", limits={GPU: "4"}), ctr("s", limits={GPU: "1"}, restart_policy="Always")]), 4,
+     "...and not beside those started after it"),
+    (pod([ctr("a", limits={GPU: "1"})], init=[ctr("i", limits={GPU: "4"})], overhead={GPU: "1"}), 5,
+     "overhead comes on top of the init peak"),
+])
+def test_pod_requests(spec: dict[str, Any], gpus: int, why: str) -> None:
+    assert pod_requests(spec)[GPU] == gpus, why
+
+
+def test_pod_requests_of_an_empty_pod() -> None:
+    assert pod_requests({}) == {} and pod_requests({"spec": None}) == {}
+
+
+@pytest.mark.parametrize(("spec", "status", "node", "expected"), [
+    ({"nodeName": "n1"}, {"phase": "Pending"}, "n1", True),  # bound, admitted, not started: holds
+    ({"nodeName": "n1"}, {}, None, True),
+    ({"nodeName": "n1"}, {"phase": "Succeeded"}, "n1", False),
+    ({"nodeName": "n1"}, {"phase": "Failed"}, None, False),
+    ({}, {"phase": "Pending"}, None, False),
+    ({"nodeName": "n2"}, {"phase": "Running"}, "n1", False),
+])
+def test_holds_resources(spec: dict[str, Any], status: dict[str, Any], node: str | None,
+                         expected: bool) -> None:
+    assert holds_resources({"spec": spec, "status": status}, node) is expected
+
+
+# ---- agreement with the product's inventory: same pods, same effective requests ----------------------------
+_QUANTITIES = st.sampled_from(["0", "1", "2", "3", "8", "250m", "1500m", "1Gi", "512Mi", "1e3", "2k"])
+_RESOURCES = st.sampled_from([GPU, "cpu", "memory"])
+_AMOUNTS = st.dictionaries(_RESOURCES, _QUANTITIES, max_size=3)
+
+
+@st.composite
+def _containers(draw: st.DrawFn, *, init: bool) -> dict[str, Any]:
+    out = ctr("c", requests=draw(st.none() | _AMOUNTS), limits=draw(st.none() | _AMOUNTS))
+    if init and draw(st.booleans()):
+        out["restartPolicy"] = "Always"
+    return out
+
+
+@st.composite
+def _pods(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": draw(st.lists(_containers(init=False), max_size=3)),
+                            "initContainers": draw(st.lists(_containers(init=True), max_size=4))}
+    if draw(st.booleans()):
+        spec["overhead"] = draw(_AMOUNTS)
+    return {"spec": spec}
+
+
+@settings(max_examples=300, deadline=None)
+@given(_pods())
+def test_the_scheduler_and_the_product_inventory_agree_on_what_a_pod_takes(spec: dict[str, Any]) -> None:
+    ours = {name: amount for name, amount in pod_requests(spec).items() if amount}
+    theirs = {name: amount for name, amount in product.pod_requests(spec).items() if amount}
+    assert ours == theirs
+
+
+def _parsed(parse: Any, text: str, error: type[Exception]) -> Fraction | None:
+    try:
+        return parse(text)  # type: ignore[no-any-return]
+    except error:
+        return None
+
+
+@pytest.mark.parametrize("text", ["1", "+2", "500m", "2Gi", "1e3", ".5", "1.", "abc", "1K", "", "1 Gi", "0x"])
+def test_quantities_agree_with_the_product(text: str) -> None:
+    assert _parsed(parse_quantity, text, InvalidQuantity) == _parsed(product_quantity.parse_quantity, text,
+                                                                      ProductInvalidQuantity)
