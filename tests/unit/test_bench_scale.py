@@ -9,7 +9,7 @@ import orjson
 from bench.manager_overhead import background_pod
 from bench.scale import _fields_v1, realistic_pod
 
-from distributetrain import inventory, podfields
+from distributetrain import inventory, slimpods
 
 
 def _free(shape: Callable[[int, int], dict[str, Any]]) -> dict[str, int]:
@@ -19,7 +19,7 @@ def _free(shape: Callable[[int, int], dict[str, Any]]) -> dict[str, int]:
               "status": {"allocatable": {"nvidia.com/gpu": "8"},
                          "conditions": [{"type": "Ready", "status": "True"}]}} for n in range(1, 11)]
     pods = [{**shape(i, 10), "status": {"phase": "Running"}} for i in range(60)]
-    decoded = podfields.decode_pod_list(orjson.dumps({"items": pods}))["items"]
+    decoded = slimpods.decode_pod_list(orjson.dumps({"items": pods}))["items"]
     return inventory.free_gpus(inventory.inventory(nodes, decoded))
 
 
