@@ -16,6 +16,7 @@ from pathlib import Path
 
 from localcluster.certs import DEFAULT_SANS
 from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.podsecurity import parse_defaults
 
 
 def parse_nodes(text: str) -> tuple[int, ...]:
@@ -41,15 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
     serve.add_argument("--san", action="append", default=[], help="extra certificate subject names")
+    serve.add_argument("--pod-security", type=_pod_security, default={},
+                       help="Pod Security for unlabelled namespaces, e.g. enforce=baseline,warn=restricted")
+    serve.add_argument("--hostname-label-suffix", default="",
+                       help="appended to each node's kubernetes.io/hostname label, e.g. .ec2.internal")
     return parser
+
+
+def _pod_security(text: str) -> dict[str, str]:
+    try:
+        return parse_defaults(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 async def serve(args: argparse.Namespace) -> None:
     if args.cpu_nodes < 0:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
-                       runtime=args.runtime,
-                       bind_host=args.host, port=args.port,
+                       runtime=args.runtime, pod_security_defaults=args.pod_security,
+                       hostname_label_suffix=args.hostname_label_suffix, bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)
     stop = asyncio.Event()

@@ -40,7 +40,7 @@ from localcluster.discovery import SERVER_VERSION, non_resource
 from localcluster.faults import Faults
 from localcluster.listing import ListQuery, list_response, parse_list_query, serve_watch
 from localcluster.registry import Resource
-from localcluster.responses import json_response, raw_response, status_response
+from localcluster.responses import json_response, raw_response, status_response, with_warnings
 from localcluster.store import AlreadyExists, Conflict, NotFound, Store
 from localcluster.subresources import Subresources
 from localcluster.targets import Target, parse_target, stored, verb_of
@@ -180,16 +180,16 @@ class ApiServer:
             raise st.invalid(r.kind, "", [{"reason": "FieldValueRequired", "message": "name or generateName "
                                            "is required", "field": "metadata.name"}], r.group)
         check_escalation(r, obj, None, user, self.access.policy, target.namespace or "")
-        self.controllers.admit_create(r, obj, user)
+        warnings = self.controllers.admit_create(r, obj, user)
         if request.query.get("dryRun") == "All":
             if self.store.get(r.key, target.namespace, obj["metadata"].get("name", "")) is not None:
                 raise st.already_exists(r.plural, name, r.group)
-            return json_response(obj, status=201)
+            return with_warnings(json_response(obj, status=201), warnings)
         try:
             created = self.store.create(r.key, obj)
         except AlreadyExists:
             raise st.already_exists(r.plural, name, r.group) from None
-        return json_response(created, status=201)
+        return with_warnings(json_response(created, status=201), warnings)
 
     def _keep_server_fields(self, r: Resource, obj: Obj, current: Obj, *, subresource: str | None) -> None:
         """What a writer may not change through this endpoint stays as stored."""
@@ -238,9 +238,9 @@ class ApiServer:
             defaults.secret(obj)
         validate(r, obj, current)
         check_escalation(r, obj, current, user, self.access.policy, target.namespace or "")
-        self.controllers.admit_update(r, obj, current, user)
+        warnings = self.controllers.admit_update(r, obj, current, user)
         if request.query.get("dryRun") == "All":
-            return json_response(obj)
+            return with_warnings(json_response(obj), warnings)
         try:
             updated = self.store.update(r.key, obj)
         except Conflict:
@@ -248,7 +248,7 @@ class ApiServer:
         except NotFound:
             raise st.not_found(r.plural, target.name, r.group) from None
         self.controllers.after_update(r, updated)
-        return json_response(updated)
+        return with_warnings(json_response(updated), warnings)
 
     async def _patch(self, request: web.Request, target: Target, user: UserInfo) -> web.StreamResponse:
         if target.name is None:

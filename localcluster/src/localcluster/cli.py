@@ -20,6 +20,7 @@ import click
 
 from localcluster import daemon
 from localcluster.errors import InvalidInput, LocalClusterError
+from localcluster.podsecurity import parse_defaults
 
 DEFAULT_DIR = Path(".local-cluster")
 START_TIMEOUT = 60.0
@@ -83,12 +84,23 @@ def main() -> None:
               help="Run pods as real processes, or simulate them.")
 @click.option("--no-gpu-taint", is_flag=True, help="Do not taint GPU nodes with nvidia.com/gpu:NoSchedule.")
 @click.option("--port", type=int, default=0, help="API server port (default: any free port).")
-def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int) -> None:
+@click.option("--pod-security", default="", metavar="MODE=LEVEL,...",
+              help="Pod Security for namespaces without labels, e.g. enforce=baseline,warn=restricted "
+                   "(default: privileged; a namespace's pod-security.kubernetes.io labels override it).")
+@click.option("--hostname-label-suffix", default="", metavar="SUFFIX",
+              help="Append SUFFIX to each node's kubernetes.io/hostname label (e.g. .ec2.internal), so the "
+                   "label differs from the node's name as on EKS.")
+def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
+       pod_security: str, hostname_label_suffix: str) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
     unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
     counts = _parse_nodes(nodes)
+    try:
+        parse_defaults(pod_security)
+    except ValueError as error:
+        raise InvalidInput(f"--pod-security {pod_security!r}: {error}") from None
     directory = directory.resolve()
     pid = _read_pid(directory)
     if pid is not None and daemon.ready_url(directory):
@@ -96,7 +108,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
         click.echo(f"export KUBECONFIG={directory / 'kubeconfig'}")
         return
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
-                                   gpu_taint=not no_gpu_taint)
+                                   gpu_taint=not no_gpu_taint, pod_security=pod_security,
+                                   hostname_label_suffix=hostname_label_suffix)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

@@ -28,10 +28,11 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from localcluster import certs, rbac
+from localcluster import certs, podsecurity, rbac
 from localcluster.access import Access
 from localcluster.api import ApiServer
 from localcluster.controllers import Controllers
+from localcluster.errors import InvalidInput
 from localcluster.faults import Fault, Faults
 from localcluster.podresources import GPU_RESOURCE
 from localcluster.runtime.base import PodRuntime
@@ -61,6 +62,13 @@ class ClusterSpec:
     node_memory: str = "512Gi"
     node_pods: str = "110"
     runtime_options: dict[str, Any] = field(default_factory=dict)
+    # Pod Security for namespaces without labels (the admission configuration's defaults), e.g.
+    # {"enforce": "baseline", "warn": "restricted"}; empty: privileged, as upstream's default
+    pod_security_defaults: dict[str, str] = field(default_factory=dict)
+    # appended to each node's kubernetes.io/hostname label (".ec2.internal"): a label that differs from the
+    # node's name, as on EKS, so pods pinned by that label to a node name stay Pending there too
+    hostname_label_suffix: str = ""
+    event_ttl: float = 3600.0              # seconds an event lives after its last occurrence (--event-ttl)
 
 
 def pod_cidr(index: int) -> str:
@@ -72,6 +80,7 @@ def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | 
     """Node number `index` (1-based over every node); `gpus` None: a CPU node, with no GPU resource at all,
     as a real cluster's CPU nodes have (no device plugin, so no nvidia.com/gpu in capacity)."""
     name = name or f"node-{index}"
+    hostname = name + spec.hostname_label_suffix
     resources = {"cpu": spec.node_cpu, "memory": spec.node_memory, "pods": spec.node_pods,
                  "ephemeral-storage": "1Ti"}
     if gpus is not None:
@@ -91,13 +100,13 @@ def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | 
         spec_out["taints"] = taints
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                              "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                                              "beta.kubernetes.io/arch": "amd64"}},
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": hostname, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}},
         "spec": spec_out,
         "status": {"capacity": dict(resources), "allocatable": dict(resources), "conditions": conditions,
                    "addresses": [{"type": "InternalIP", "address": f"127.1.{index // 250}.{index % 250 + 1}"},
-                                 {"type": "Hostname", "address": name}],
+                                 {"type": "Hostname", "address": hostname}],
                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
                    "nodeInfo": {"machineID": f"{index:032x}", "systemUUID": f"{index:032x}",
                                 "bootID": f"{index:032x}", "kernelVersion": os.uname().release,
@@ -120,6 +129,10 @@ class LocalCluster:
     def __init__(self, spec: ClusterSpec | None = None, *, state_dir: Path | None = None,
                  runtime: PodRuntime | None = None) -> None:
         self.spec = spec or ClusterSpec()
+        try:
+            self.pod_security = podsecurity.defaults_from(self.spec.pod_security_defaults)
+        except ValueError as error:
+            raise InvalidInput(str(error)) from None
         self._own_dir = state_dir is None
         self.dir = Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="dt-cluster-"))
         self.state_dir = self.dir / "state"
@@ -194,6 +207,14 @@ class LocalCluster:
     def service_account_token(self, namespace: str, service_account: str) -> str:
         return self.token_for(namespace, service_account)
 
+    async def record_event(self, obj: Obj, *, reason: str, message: str, type: str = "Normal",
+                           component: str = "kubelet", field_path: str = "") -> None:
+        if self.controllers is None:
+            return
+        node = (obj.get("spec") or {}).get("nodeName", "") if component == "kubelet" else ""
+        self.controllers.record_event(obj, type, reason, message, component=component, host=node,
+                                      field_path=field_path)
+
     # ---- lifecycle on the caller's loop ------------------------------------------------------------------
     async def astart(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +226,8 @@ class LocalCluster:
         self.ca_cert_pem = self._certs.ca_cert_pem
         self.ca_path.write_bytes(self.ca_cert_pem)
         self._seed()
-        self.controllers = Controllers(store=self.store, runtime=self.runtime)
+        self.controllers = Controllers(store=self.store, runtime=self.runtime, pod_security=self.pod_security,
+                                       event_ttl=self.spec.event_ttl)
         self.controllers.start()
         access = Access(store=self.store, tokens=self.tokens)
         subresources = Subresources(store=self.store, access=access, controllers=self.controllers,

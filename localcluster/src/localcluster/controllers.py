@@ -13,14 +13,16 @@ import contextlib
 import copy
 import datetime
 import logging
-import secrets
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from localcluster import gc, nodefit, scheduler
+from localcluster import gc, nodefit, podsecurity, scheduler
 from localcluster import status as st
+from localcluster.admissionplugins import AdmissionPlugins
 from localcluster.collector import GarbageCollector
+from localcluster.events import EventRecorder
 from localcluster.podresources import TERMINAL_PHASES, holds_resources
+from localcluster.quotastatus import QuotaController
 from localcluster.registry import BY_KEY, RESOURCES, Resource
 from localcluster.store import ADDED, DELETED, MODIFIED, Event, NotFound, Store, now_iso
 
@@ -38,9 +40,14 @@ def _later(seconds: float) -> str:
 
 
 class Controllers:
-    def __init__(self, *, store: Store, runtime: PodRuntime) -> None:
+    def __init__(self, *, store: Store, runtime: PodRuntime,
+                 pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
+                 event_ttl: float = 3600.0) -> None:
         self.store = store
         self.runtime = runtime
+        self.events = EventRecorder(store=store, ttl=event_ttl)
+        self.quotas = QuotaController(store=store)
+        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started: set[str] = set()          # uids of pods handed to the runtime
         self._stopping: set[str] = set()         # uids of pods whose containers are being stopped
@@ -54,7 +61,8 @@ class Controllers:
 
     def start(self) -> None:
         self._loops = [asyncio.ensure_future(self._scheduler_loop()),
-                       asyncio.ensure_future(self.collector.run())]
+                       asyncio.ensure_future(self.collector.run()),
+                       asyncio.ensure_future(self.quotas.run()), asyncio.ensure_future(self.events.run())]
 
     async def stop(self) -> None:
         for task in [*self._loops, *self._tasks]:
@@ -137,7 +145,8 @@ class Controllers:
                 await self.update_pod_status(namespace, name, {
                     "phase": "Failed", "reason": verdict.reason, "message": verdict.pod_message,
                     "startTime": now_iso()})
-                self.record_event(pod, "Warning", verdict.reason, verdict.pod_message, component="kubelet")
+                self.record_event(pod, "Warning", verdict.reason, verdict.pod_message, component="kubelet",
+                                  host=node_name)
                 return
         await self.runtime.run_pod(copy.deepcopy(pod))
 
@@ -221,40 +230,22 @@ class Controllers:
         self.store.mutate("pods", meta["namespace"], meta["name"], change)
         self.record_event(pod, "Warning", "FailedScheduling", message, component="default-scheduler")
 
-    def record_event(self, obj: Obj, kind: str, reason: str, message: str, *, component: str) -> None:
-        meta = obj["metadata"]
-        namespace = meta.get("namespace") or "default"
-        if self.store.get("namespaces", None, namespace) is None:
-            return
-        now = now_iso()
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": namespace},
-                 "involvedObject": {"kind": obj.get("kind", ""), "namespace": meta.get("namespace", ""),
-                                    "name": meta["name"], "uid": meta.get("uid", ""),
-                                    "apiVersion": obj.get("apiVersion", "v1"),
-                                    "resourceVersion": meta.get("resourceVersion", "")},
-                 "reason": reason, "message": message, "source": {"component": component},
-                 "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": kind, "eventTime": None,
-                 "reportingComponent": component, "reportingInstance": ""}
-        self.store.create("events", event)
+    def record_event(self, obj: Obj, kind: str, reason: str, message: str, *, component: str,
+                     host: str = "", field_path: str = "") -> None:
+        self.events.record(obj, reason=reason, message=message, type=kind, component=component, host=host,
+                           field_path=field_path)
 
     # ---- admission hooks called by the API -----------------------------------------------------------------
     def namespace_terminating(self, namespace: str) -> bool:
         ns = self.store.get("namespaces", None, namespace)
         return ns is not None and bool(ns["metadata"].get("deletionTimestamp"))
 
-    def admit_create(self, r: Resource, obj: Obj, user: UserInfo) -> None:
-        if r.key == "pods":
-            sa = obj["spec"].get("serviceAccountName") or "default"
-            namespace = obj["metadata"]["namespace"]
-            if self.store.get("serviceaccounts", namespace, sa) is None:
-                name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
-                raise st.forbidden(f'pods "{name}" is forbidden: error looking up service account '
-                                   f'{namespace}/{sa}: serviceaccount "{sa}" not found',
-                                   resource="pods", name=name)
+    def admit_create(self, r: Resource, obj: Obj, user: UserInfo) -> list[str]:
+        """The admission plugins (admissionplugins.py); returns the answer's warnings."""
+        return self.admission.create(r, obj, user)
 
-    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> None:
-        return None
+    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> list[str]:
+        return self.admission.update(r, obj, current, user)
 
     def after_update(self, r: Resource, obj: Obj) -> None:
         meta = obj["metadata"]

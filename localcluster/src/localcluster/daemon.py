@@ -42,10 +42,15 @@ def tail(path: Path, lines: int = 20) -> str:
 
 
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
-                  port: int = 0, gpu_taint: bool = True) -> list[str]:
+                  port: int = 0, gpu_taint: bool = True, pod_security: str = "",
+                  hostname_label_suffix: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
+    if pod_security:
+        command += ["--pod-security", pod_security]
+    if hostname_label_suffix:
+        command += ["--hostname-label-suffix", hostname_label_suffix]
     return command if gpu_taint else [*command, "--no-gpu-taint"]
 
 

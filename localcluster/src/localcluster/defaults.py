@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import itertools
 from typing import Any
-
-from localcluster.errors import InvalidQuantity
-from localcluster.quantity import parse_quantity
 
 Obj = dict[str, Any]
 
@@ -33,29 +29,6 @@ def _container(container: Obj) -> None:
         port.setdefault("protocol", "TCP")
 
 
-def _qos(spec: Obj) -> str:
-    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-    any_set = False
-    guaranteed = True
-    for c in containers:
-        res = c.get("resources") or {}
-        req, lim = res.get("requests") or {}, res.get("limits") or {}
-        if req or lim:
-            any_set = True
-        for name in ("cpu", "memory"):
-            if name not in lim or name not in req:
-                guaranteed = False
-                continue
-            try:
-                if parse_quantity(req[name]) != parse_quantity(lim[name]):
-                    guaranteed = False
-            except (InvalidQuantity, TypeError):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
-
-
 def pod(obj: Obj) -> None:
     spec = obj.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Always")
@@ -77,10 +50,8 @@ def pod(obj: Obj) -> None:
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         if isinstance(c, dict):
             _container(c)
-    status = obj.setdefault("status", {})
-    status.setdefault("phase", "Pending")
-    with contextlib.suppress(TypeError, AttributeError, InvalidQuantity):
-        status.setdefault("qosClass", _qos(spec))
+    # status.qosClass is set after admission (admissionplugins.py): LimitRange defaults may change it
+    obj.setdefault("status", {}).setdefault("phase", "Pending")
 
 
 def namespace(obj: Obj) -> None:

@@ -58,3 +58,31 @@ def format_quantity(amount: Fraction) -> str:
     if milli.denominator == 1:
         return f"{milli.numerator}m"
     return str(float(amount))
+
+
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def is_binary(value: str | int | float) -> bool:
+    """Whether `value` was written with a binary suffix (2Gi): Quantity.String() then keeps that format."""
+    return isinstance(value, str) and value.strip().endswith("i")
+
+
+def canonical(amount: Fraction, *, binary: bool = False) -> str:
+    """What Quantity.String() prints: in the binary format (1536Mi) when the amount was written in it, is
+    whole and at least 1024; otherwise the decimal one, an integer mantissa with the largest suffix that keeps
+    it whole (1500m, 2k, 1500). Amounts finer than a nano-unit round up, as the real parser does."""
+    if amount == 0:
+        return "0"
+    sign, amount = ("-", -amount) if amount < 0 else ("", amount)
+    if binary and amount >= 1024 and amount.denominator == 1:
+        number, power = int(amount), 0
+        while power < len(_BINARY_SUFFIXES) - 1 and number % 1024 == 0:
+            number, power = number // 1024, power + 1
+        return f"{sign}{number}{_BINARY_SUFFIXES[power]}"
+    nanos = -(-amount.numerator * 10**9 // amount.denominator)  # ceiling
+    exponent = -9
+    while exponent < 18 and nanos % 1000 == 0:
+        nanos, exponent = nanos // 1000, exponent + 3
+    return f"{sign}{nanos}{_DECIMAL_SUFFIXES[exponent]}"

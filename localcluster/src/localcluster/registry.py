@@ -54,6 +54,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",),
              subresources=("status",)),
+    Resource("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), subresources=("status",)),
+    Resource("", "v1", "limitranges", "LimitRange", True, ("limits",)),
     Resource(_RBAC, "v1", "roles", "Role", True),
     Resource(_RBAC, "v1", "rolebindings", "RoleBinding", True),
     Resource(_RBAC, "v1", "clusterroles", "ClusterRole", False),

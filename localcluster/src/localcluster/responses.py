@@ -17,6 +17,14 @@ def json_response(body: Any, *, status: int = 200, headers: dict[str, str] | Non
                         headers=headers)
 
 
+def with_warnings(response: web.Response, warnings: list[str]) -> web.Response:
+    """Add one `Warning: 299 - "..."` header per warning, as the real server does (kubectl prints each)."""
+    for text in warnings:
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        response.headers.add("Warning", f'299 - "{escaped}"')
+    return response
+
+
 def raw_response(raw: bytes, *, status: int = 200) -> web.Response:
     return web.Response(body=raw, status=status, content_type="application/json")
 

@@ -126,7 +126,22 @@ def _event(ev: Obj) -> list[Any]:
             f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}", ev.get("message", "")]
 
 
+def _quota(q: Obj) -> list[Any]:
+    """printResourceQuota: `used/hard` per resource, limits.* in the LIMIT column."""
+    status = q.get("status") or {}
+    request: list[str] = []
+    limit: list[str] = []
+    for name in sorted((q.get("spec") or {}).get("hard") or {}):
+        used, hard = (status.get("used") or {}).get(name, "0"), (status.get("hard") or {}).get(name, "0")
+        column = limit if name.split(".")[0] == "limits" and "." in name else request
+        column.append(f"{name}: {used}/{hard}")
+    return [age(q), ", ".join(request), ", ".join(limit)]
+
+
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
+    "resourcequotas": ([("Age", "string", 0), ("Request", "string", 0), ("Limit", "string", 0)], _quota),
+    "limitranges": ([("Created At", "date", 0)],
+                    lambda o: [(o.get("metadata") or {}).get("creationTimestamp", "")]),
     "pods": ([("Ready", "string", 0), ("Status", "string", 0), ("Restarts", "string", 0),
               ("Age", "string", 0), ("IP", "string", 1), ("Node", "string", 1),
               ("Nominated Node", "string", 1),

@@ -41,6 +41,7 @@ class StandInHost:
         self.ca_cert_pem = b"-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n"
         self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self.node_ready: dict[str, tuple[bool, str]] = {}
+        self.events: list[tuple[str, str, str, str, str]] = []  # (pod, type, reason, message, fieldPath)
         self.changed = asyncio.Event()
         for i, gpus in enumerate((4, 2), start=1):
             self.add({"kind": "Node", "metadata": {"name": f"node-{i}"},
@@ -70,6 +71,10 @@ class StandInHost:
 
     def service_account_token(self, namespace: str, service_account: str) -> str:
         return f"token-of-{namespace}-{service_account}"
+
+    async def record_event(self, obj: dict[str, Any], *, reason: str, message: str, type: str = "Normal",
+                           component: str = "kubelet", field_path: str = "") -> None:
+        self.events.append((obj["metadata"]["name"], type, reason, message, field_path))
 
     def status(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return self.objects[("pods", namespace, name)].get("status", {})

@@ -36,6 +36,15 @@ class RuntimeHost(Protocol):
         """A bearer token the API server accepts as system:serviceaccount:NAMESPACE:NAME."""
         ...
 
+    async def record_event(self, obj: dict[str, Any], *, reason: str, message: str, type: str = "Normal",
+                           component: str = "kubelet", field_path: str = "") -> None:
+        """Record an Event about `obj` (a pod, as the runtime was given it), as `kubectl describe` shows it:
+        reason (Pulled, Created, Started, Killing, BackOff, Unhealthy, Failed...), message, type Normal or
+        Warning, the reporting component (the kubelet's events name the pod's node as their host);
+        `field_path` names a container (`spec.containers{NAME}`). Repeats within 10 minutes aggregate into
+        one event's count. Never raises: an event never fails the pod operation behind it."""
+        ...
+
 
 class PodRuntime(Protocol):
     """A kubelet for every node of the local cluster."""

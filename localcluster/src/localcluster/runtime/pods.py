@@ -37,6 +37,11 @@ class ContainerRun:
         return self.directory / f"{self.generation}.log"
 
     @property
+    def field_path(self) -> str:
+        """How an event names this container (involvedObject.fieldPath)."""
+        return f"spec.{'initContainers' if self.init else 'containers'}{{{self.name}}}"
+
+    @property
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
 

@@ -1,5 +1,8 @@
 """Readiness and liveness probes as the kubelet runs them: tcpSocket and httpGet to the pod IP, exec inside
-the container's namespaces. gRPC probes are not emulated (they always fail, with a log line saying so)."""
+the container's namespaces. gRPC probes are not emulated (they always fail, with a log line saying so).
+
+A check answers (ok, output): the output is what the kubelet puts after `Readiness probe failed: ` in its
+Unhealthy event (Go's dial error, `HTTP probe failed with statuscode: 500`, an exec probe's own output)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger(__name__)
+Outcome = tuple[bool, str]
+_EXEC_OUTPUT_LIMIT = 10 * 1024    # the kubelet keeps the first 10 KiB of an exec probe's output
+
+
+def _dial_error(host: str, port: int, error: BaseException) -> str:
+    """Go's net.Dial error text, which the kubelet's probe messages carry."""
+    if isinstance(error, TimeoutError):
+        return f"dial tcp {host}:{port}: i/o timeout"
+    if isinstance(error, ConnectionRefusedError):
+        return f"dial tcp {host}:{port}: connect: connection refused"
+    if isinstance(error, OSError) and error.strerror:
+        return f"dial tcp {host}:{port}: connect: {error.strerror.lower()}"
+    return f"dial tcp {host}:{port}: {error}"
 
 
 @dataclass(frozen=True)
@@ -63,20 +79,22 @@ def resolve_port(port: int | str, container: Mapping[str, Any]) -> int:
     raise ValueError(f"container {container.get('name')} has no port named {port!r}")
 
 
-async def tcp_check(host: str, port: int, timeout: float) -> bool:
+async def tcp_check(host: str, port: int, timeout: float) -> Outcome:
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (TimeoutError, OSError):
-        return False
+    except (TimeoutError, OSError) as error:
+        return False, _dial_error(host, port, error)
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
-    return True
+    return True, ""
 
 
 async def http_check(host: str, port: int, path: str, headers: Sequence[Mapping[str, str]],
-                     timeout: float) -> bool:
-    async def get() -> bool:
+                     timeout: float) -> Outcome:
+    url = f"http://{host}:{port}{path or '/'}"
+
+    async def get() -> Outcome:
         reader, writer = await asyncio.open_connection(host, port)
         try:
             extra = "".join(f"{h['name']}: {h['value']}\r\n" for h in headers)
@@ -84,17 +102,23 @@ async def http_check(host: str, port: int, path: str, headers: Sequence[Mapping[
                          f"User-Agent: kube-probe/1.37\r\n{extra}Connection: close\r\n\r\n".encode())
             await writer.drain()
             status = (await reader.readline()).split()
-            return len(status) >= 2 and status[1].isdigit() and 200 <= int(status[1]) < 400
+            code = int(status[1]) if len(status) >= 2 and status[1].isdigit() else 0
+            if 200 <= code < 400:
+                return True, ""
+            return False, f"HTTP probe failed with statuscode: {code}"
         finally:
             writer.close()
     try:
         return await asyncio.wait_for(get(), timeout)
-    except (TimeoutError, OSError, ValueError):
-        return False
+    except TimeoutError:
+        return False, (f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while awaiting '
+                       "headers)")
+    except (OSError, ValueError) as error:
+        return False, f'Get "{url}": {_dial_error(host, port, error)}'
 
 
 async def exec_check(command: Sequence[str], *, pid: int, env: Mapping[str, str], isolated: bool,
-                     user_ns: bool, timeout: float) -> bool:
+                     user_ns: bool, timeout: float) -> Outcome:
     """Run the command in the container: its mount (and root), PID, network, UTS and IPC namespaces."""
     if isolated:
         flags = ["--mount", "--uts", "--ipc", "--net", "--pid", "--root", "--wd"]
@@ -104,21 +128,22 @@ async def exec_check(command: Sequence[str], *, pid: int, env: Mapping[str, str]
         argv = list(command)
     try:
         proc = await asyncio.create_subprocess_exec(*argv, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=asyncio.subprocess.DEVNULL,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-    except OSError:
-        return False
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT)
+    except OSError as error:
+        return False, str(error)
     try:
-        return await asyncio.wait_for(proc.wait(), timeout) == 0
+        output, _ = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        return False
+        return False, f"command {list(command)!r} timed out"
+    return proc.returncode == 0, output[:_EXEC_OUTPUT_LIMIT].decode(errors="replace")
 
 
 def checker(probe: Mapping[str, Any], *, container: Mapping[str, Any], pod_ip: str, pid: int,
-            env: Mapping[str, str], isolated: bool, user_ns: bool) -> Callable[[], Awaitable[bool]]:
+            env: Mapping[str, str], isolated: bool, user_ns: bool) -> Callable[[], Awaitable[Outcome]]:
     timeout = ProbeTiming.of(probe).timeout
     if "tcpSocket" in probe:
         tcp = probe["tcpSocket"]
@@ -134,21 +159,54 @@ def checker(probe: Mapping[str, Any], *, container: Mapping[str, Any], pod_ip: s
         return lambda: exec_check(command, pid=pid, env=env, isolated=isolated, user_ns=user_ns,
                                   timeout=timeout)
 
-    async def unsupported() -> bool:
+    async def unsupported() -> Outcome:
         log.warning("container %s: only tcpSocket, httpGet and exec probes are emulated",
                     container.get("name"))
-        return False
+        return False, "only tcpSocket, httpGet and exec probes are emulated by the local cluster"
     return unsupported
 
 
-async def run_probe(probe: Mapping[str, Any], check: Callable[[], Awaitable[bool]], *, initial: bool,
-                    on_change: Callable[[bool], Awaitable[None]]) -> None:
-    """Probe forever (the caller cancels): report each change of the thresholded result. `initial` is the
-    result before the first probe (readiness: False; liveness: True)."""
+def start_probes(container: Mapping[str, Any], *, pod_ip: str, pid: int, env: Mapping[str, str],
+                 isolated: bool, user_ns: bool, on_ready: Callable[[bool], Awaitable[None]],
+                 on_dead: Callable[[], Awaitable[None]],
+                 on_unhealthy: Callable[[str], Awaitable[None]]) -> list[asyncio.Future[None]]:
+    """Probe a started container: readiness reports each change (`on_ready`), a liveness probe's failure
+    past its threshold `on_dead`, and every failed probe `on_unhealthy("Readiness probe failed: ...")`."""
+    tasks: list[asyncio.Future[None]] = []
+    for kind, what in (("readinessProbe", "Readiness"), ("livenessProbe", "Liveness")):
+        probe = container.get(kind)
+        if not probe:
+            continue
+        check = checker(probe, container=container, pod_ip=pod_ip, pid=pid, env=env, isolated=isolated,
+                        user_ns=user_ns)
+
+        async def failed(output: str, what: str = what) -> None:
+            await on_unhealthy(f"{what} probe failed: {output}")
+
+        async def alive(ok: bool) -> None:
+            if not ok:
+                await on_dead()
+
+        readiness = kind == "readinessProbe"
+        tasks.append(asyncio.ensure_future(run_probe(probe, check, initial=not readiness,
+                                                     on_change=on_ready if readiness else alive,
+                                                     on_failure=failed)))
+    return tasks
+
+
+async def run_probe(probe: Mapping[str, Any], check: Callable[[], Awaitable[Outcome]], *, initial: bool,
+                    on_change: Callable[[bool], Awaitable[None]],
+                    on_failure: Callable[[str], Awaitable[None]] | None = None) -> None:
+    """Probe forever (the caller cancels): report each failed probe's output (`on_failure`, the kubelet's
+    Unhealthy event) and each change of the thresholded result. `initial` is the result before the first
+    probe (readiness: False; liveness: True)."""
     timing = ProbeTiming.of(probe)
     tracker = ProbeTracker(timing, result=initial)
     await asyncio.sleep(timing.initial_delay)
     while True:
-        if tracker.record(await check()):
+        ok, output = await check()
+        if not ok and on_failure is not None:
+            await on_failure(output)
+        if tracker.record(ok):
             await on_change(tracker.result)
         await asyncio.sleep(timing.period)

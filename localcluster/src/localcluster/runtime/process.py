@@ -23,6 +23,7 @@ from typing import Any
 
 from localcluster.errors import InvalidInput
 from localcluster.images import ImageRegistry
+from localcluster.runtime import kubeletevents as ke
 from localcluster.runtime import podstatus as ps
 from localcluster.runtime.base import RuntimeHost
 from localcluster.runtime.forward import TcpForwarder
@@ -31,7 +32,7 @@ from localcluster.runtime.logs import container_log
 from localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
 from localcluster.runtime.podenv import NotReadyYet
 from localcluster.runtime.pods import ContainerRun, PodRun
-from localcluster.runtime.probes import checker, run_probe
+from localcluster.runtime.probes import start_probes
 from localcluster.runtime.runas import ContainerConfigError
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,12 @@ class ProcessRuntime:
         assert self._host is not None, "ProcessRuntime.start() was not called"
         return self._host
 
+    async def _event(self, run: PodRun, ctr: ContainerRun, event: ke.KubeletEvent) -> None:
+        """The kubelet's event about one container (kubectl describe shows them)."""
+        reason, message, warning = event
+        await self.host.record_event(run.pod, reason=reason, message=message, field_path=ctr.field_path,
+                                     type="Warning" if warning else "Normal")
+
     async def prepare_network(self) -> str | None:
         """Make the bridge; returns the address pods reach the API server on (for its certificate and to
         listen on), or None when pods share the host's network. LocalCluster calls it before start()."""
@@ -125,6 +132,9 @@ class ProcessRuntime:
         if run is None:
             return
         run.deleting = True
+        for ctr in run.all_containers:
+            if ctr.is_running:
+                await self._event(run, ctr, ke.stopping(ctr.name))
         await run.cancel_setup()
         await self._kill_containers(run, grace_seconds)
         await run.cancel_all()
@@ -229,6 +239,7 @@ class ProcessRuntime:
                                     f"{ctr.name} pod={run.name}_{run.namespace}({run.uid})")
         ctr.view.restart_count += 1
         await self._report(run)
+        await self._event(run, ctr, ke.back_off(ctr.name, run.name, run.namespace, run.uid))
         await asyncio.sleep(delay)
 
     async def _finish_if_done(self, run: PodRun) -> None:
@@ -242,6 +253,7 @@ class ProcessRuntime:
         config = await self._retry_config(run, ctr)
         if config is None:
             return 128
+        await self._event(run, ctr, ke.pulled(ctr.spec.get("image", "")))
         spec_path = ctr.directory / "spec.json"
         ctr.generation += 1
         ctr.directory.mkdir(parents=True, exist_ok=True)
@@ -254,10 +266,12 @@ class ProcessRuntime:
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log_file,
                 start_new_session=True)
         ctr.proc = proc
+        await self._event(run, ctr, ke.created(ctr.name))
         assert proc.stdout is not None
         line = (await proc.stdout.readline()).decode(errors="replace").strip()
         started_at = ps.now()
         if line.startswith("started "):
+            await self._event(run, ctr, ke.started(ctr.name))
             ctr.pid = int(line.split()[1])
             ctr.view.container_id = f"process://{run.uid[:8]}-{ctr.name}-{ctr.generation}"
             ctr.view.state, ctr.view.started = ps.running(started_at), True
@@ -269,6 +283,7 @@ class ProcessRuntime:
         else:
             returncode = await proc.wait()
             reason, message = "StartError", line.removeprefix("error ").strip() or "the sandbox failed"
+            await self._event(run, ctr, ke.failed(message))
         await ctr.stop_probes()
         code = 128 if reason == "StartError" else ps.exit_code_of(returncode)
         if ctr.killed_by_node_loss:
@@ -284,38 +299,35 @@ class ProcessRuntime:
         while not run.deleting:
             try:
                 return self.launcher.sandbox_spec(run, ctr)
-            except (NotReadyYet, ContainerConfigError) as e:
-                ctr.view.state = ps.waiting("CreateContainerConfigError", str(e))
-            except InvalidInput as e:  # the image maps to a Dockerfile that cannot be used
-                ctr.view.state = ps.waiting("ErrImagePull", str(e))
-            except ValueError as e:
-                ctr.view.state = ps.waiting("CreateContainerError", str(e))
+            except (NotReadyYet, ContainerConfigError, InvalidInput, ValueError) as e:
+                reason, events = ke.setup_failure(e, str(ctr.spec.get("image", "")))
+                ctr.view.state = ps.waiting(reason, str(e))
+                for event in events:
+                    await self._event(run, ctr, event)
             await self._report(run)
             await asyncio.sleep(RETRY_SECONDS)
         return None
 
     def _start_probes(self, run: PodRun, ctr: ContainerRun, env: dict[str, str]) -> None:
         assert ctr.pid is not None
-        for kind in ("readinessProbe", "livenessProbe"):
-            probe = ctr.spec.get(kind)
-            if not probe or ctr.init:
-                continue
-            check = checker(probe, container=ctr.spec, pod_ip=run.ip, pid=ctr.pid, env=env,
-                            isolated=self.isolate, user_ns=self.user_namespace)
-            if kind == "readinessProbe":
-                async def ready(ok: bool, ctr: ContainerRun = ctr) -> None:
-                    ctr.view.ready = ok and ctr.is_running
-                    await self._report(run)
-                ctr.probe_tasks.append(asyncio.ensure_future(run_probe(probe, check, initial=False,
-                                                                       on_change=ready)))
-            else:
-                async def alive(ok: bool, ctr: ContainerRun = ctr) -> None:
-                    if not ok and ctr.proc is not None and ctr.proc.returncode is None:
-                        log.info("container %s of %s/%s failed its liveness probe", ctr.name, run.namespace,
-                                 run.name)
-                        await self._kill(ctr, float(run.grace))
-                ctr.probe_tasks.append(asyncio.ensure_future(run_probe(probe, check, initial=True,
-                                                                       on_change=alive)))
+        if ctr.init:
+            return
+
+        async def ready(ok: bool) -> None:
+            ctr.view.ready = ok and ctr.is_running
+            await self._report(run)
+
+        async def dead() -> None:
+            if ctr.proc is not None and ctr.proc.returncode is None:
+                await self._event(run, ctr, ke.liveness_kill(ctr.name))
+                await self._kill(ctr, float(run.grace))
+
+        async def unhealthy(message: str) -> None:
+            await self._event(run, ctr, ke.unhealthy(message))
+
+        ctr.probe_tasks += start_probes(ctr.spec, pod_ip=run.ip, pid=ctr.pid, env=env, isolated=self.isolate,
+                                        user_ns=self.user_namespace, on_ready=ready, on_dead=dead,
+                                        on_unhealthy=unhealthy)
 
     # ---- stopping -----------------------------------------------------------------------------------------
     async def _kill(self, ctr: ContainerRun, grace: float) -> None:

@@ -5,6 +5,8 @@ only for pods told to exit later), and steerable by tests.
   unless a Behavior says otherwise.
 - Test hooks (all coroutines, run them on the cluster loop, e.g. `cluster.call(rt.exit_container(...))`):
   `exit_container`, `set_ready`, `append_log`, `fail_node`.
+- Events as a kubelet records them: Pulled, Created, Started per container when a pod starts (and when a
+  container restarts), Killing when it is deleted.
 - `behaviors`: `[(predicate(pod) -> bool, Behavior(...)), ...]`; the first match applies when the pod starts.
   `Behavior(log="hello\n", exit_code=0, exit_after=0.5)` prints the log then exits 0 after half a second.
   An exit is applied to the first run only: a restarted container (restartPolicy OnFailure/Always) keeps
@@ -20,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from localcluster.runtime import kubeletevents as ke
 from localcluster.runtime.base import RuntimeHost
 
 Obj = dict[str, Any]
@@ -87,6 +90,7 @@ class _Pod:
     ready: bool
     timer: asyncio.TimerHandle | None = None
     phase: str = "Running"
+    pod: Obj = field(default_factory=dict)   # as it was given, for the events about it
     reason: str | None = None
 
 
@@ -105,6 +109,17 @@ class SimRuntime:
 
     async def start(self, host: RuntimeHost) -> None:
         self.host = host
+
+    async def _events(self, pod: Obj, container: str, *events: ke.KubeletEvent) -> None:
+        assert self.host is not None
+        for reason, message, warning in events:
+            await self.host.record_event(pod, reason=reason, message=message,
+                                         type="Warning" if warning else "Normal",
+                                         field_path=f"spec.containers{{{container}}}")
+
+    async def _started(self, pod: Obj, container: _Container) -> None:
+        await self._events(pod, container.name, ke.pulled(container.image), ke.created(container.name),
+                           ke.started(container.name))
 
     # ---- addresses -----------------------------------------------------------------------------------------
     def _index(self, node: str) -> int:
@@ -162,6 +177,9 @@ class SimRuntime:
         sim = _Pod(meta["namespace"], meta["name"], meta.get("uid", ""), node, self._allocate_ip(node),
                    spec.get("restartPolicy", "Always"), containers, base, behavior.ready)
         self._pods[key] = sim
+        sim.pod = pod
+        for c in containers:
+            await self._started(pod, c)
         if behavior.log:
             for c in containers:
                 self._log(key, c.name).append(behavior.log.encode())
@@ -182,6 +200,9 @@ class SimRuntime:
         if sim is None or sim.uid != meta.get("uid", sim.uid):
             return
         del self._pods[key]
+        for c in sim.containers:
+            if "running" in c.state:
+                await self._events(sim.pod, c.name, ke.stopping(c.name))
         if sim.timer is not None:
             sim.timer.cancel()
         self._release_ip(sim.node, sim.ip)
@@ -254,6 +275,7 @@ class SimRuntime:
                 c.restart_count += 1
                 c.started_at = now
                 c.state = {"running": {"startedAt": now}}
+                await self._started(sim.pod, c)
             else:
                 c.state = {"terminated": terminated}
                 c.ready = False
