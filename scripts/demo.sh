@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the main job, for real, on the repository's local cluster (localcluster/).
-# Nodes of 5, 3 and 2 GPUs; `kubectl apply` of rbac/ and the manager manifest (6 GPUs); the manager's log
+# Nodes of 5, 3 and 2 GPUs; the namespace's Pod Security labels (scripts/demo-namespace.yaml); `kubectl apply`
+# of rbac/ and the manager manifest (6 GPUs); the manager's log
 # followed to the end (inventory, plan, pods, training epoch by epoch, final accuracy); then the pods left
 # (workers gone, chief kept); the cluster stopped. Exits with the manager's exit code.
 set -euo pipefail
@@ -20,6 +21,10 @@ step() { printf '\n\033[1m== %s\033[0m (t=%ss)\n' "$*" "$(elapsed)"; }
 step "starting a local cluster: nodes of 5, 3 and 2 GPUs"
 localcluster up --nodes 5,3,2 --runtime process --dir "$DIR"
 "${KUBECTL[@]}" get nodes -o wide
+
+step "kubectl apply --server-side -f scripts/demo-namespace.yaml   (the namespace's Pod Security levels)"
+"${KUBECTL[@]}" apply --server-side -f scripts/demo-namespace.yaml
+"${KUBECTL[@]}" get namespace default -L pod-security.kubernetes.io/enforce -L pod-security.kubernetes.io/warn
 
 step "kubectl apply -f rbac/"
 "${KUBECTL[@]}" apply -f rbac/

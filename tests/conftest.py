@@ -34,12 +34,22 @@ def make_api_client(url: str, ca_path: Path, token: str) -> client.ApiClient:
 
 
 @pytest.fixture
-def local_cluster_factory() -> Iterator[Callable[..., TestCluster]]:
+def pod_security_labels() -> dict[str, str]:
+    """Labels put on the `default` namespace of every cluster a test starts: none here; where the manager runs
+    (tests/integration, tests/e2e, tests/reliability) a conftest.py gives the demo's (demo_namespace.py)."""
+    return {}
+
+
+@pytest.fixture
+def local_cluster_factory(pod_security_labels: dict[str, str]) -> Iterator[Callable[..., TestCluster]]:
     started: list[TestCluster] = []
 
     def factory(**options: Any) -> TestCluster:
         cluster = start_cluster(client_factory=make_api_client, **options)
         started.append(cluster)
+        if pod_security_labels:
+            client.CoreV1Api(cluster.api_client()).patch_namespace(
+                "default", {"metadata": {"labels": dict(pod_security_labels)}})
         return cluster
 
     yield factory
