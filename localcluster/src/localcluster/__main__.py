@@ -87,6 +87,7 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("localcluster.audit").setLevel(logging.INFO)  # Pod Security's audit lines
     asyncio.run(serve(args))
 
 

@@ -24,6 +24,7 @@ from localcluster.registry import Resource
 from localcluster.store import Store
 
 log = logging.getLogger(__name__)
+audit_log = logging.getLogger("localcluster.audit")  # Pod Security's audit mode: there is no audit log here
 Obj = dict[str, Any]
 
 
@@ -78,7 +79,7 @@ class AdmissionPlugins:
     def _pod_security(self, pod: Obj, name: str, namespace: str) -> list[str]:
         verdict = podsecurity.admit_pod(pod, name, self.namespace_policy(namespace))
         if verdict.audit:
-            log.info('audit: pods "%s" in namespace %s: %s', name, namespace, verdict.audit)
+            audit_log.info('audit: pods "%s" in namespace %s: %s', name, namespace, verdict.audit)
         if verdict.forbidden:
             raise st.forbidden(verdict.forbidden, resource="pods", name=name)
         return list(verdict.warnings)

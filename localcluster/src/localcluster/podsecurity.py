@@ -187,17 +187,16 @@ def defaults_from(settings: Mapping[str, str]) -> Policy:
     """The cluster's defaults from `{"enforce": "baseline", "warn": "restricted", "warn-version": "v1.30"}`;
     raises ValueError naming a bad key or value (the admission configuration is checked when the server
     starts)."""
-    labels = {}
     for key, value in settings.items():
         mode = key.removesuffix("-version")
         if mode not in MODES:
             raise ValueError(f"pod security default {key!r}: the keys are enforce, audit, warn and their "
                              "-version forms")
-        labels[LABEL_PREFIX + key] = value
-    policy, causes = policy_of(labels)
-    if causes:
-        raise ValueError(f"pod security default: {causes[0].message}")
-    return policy
+        if policy_of({LABEL_PREFIX + key: value})[1]:
+            expected = ('"latest" or "v1.x"' if key.endswith("-version")
+                        else "privileged, baseline or restricted")
+            raise ValueError(f"pod security default {key}={value}: expected {expected}")
+    return policy_of({LABEL_PREFIX + key: value for key, value in settings.items()})[0]
 
 
 def _violations(level: LevelVersion, pod: Mapping[str, Any]) -> list[tuple[str, str]]:

@@ -81,6 +81,38 @@ def test_up_status_down_leaves_nothing_behind(tmp_path: Path) -> None:
     assert status.returncode == 1 and "no local cluster running" in status.stdout
 
 
+def test_up_with_pod_security_defaults_and_a_hostname_label_suffix(tmp_path: Path) -> None:
+    state = tmp_path / "cluster"
+    bad = cli("up", "--pod-security", "enforce=strict", "--dir", str(state), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("error: --pod-security 'enforce=strict': pod security default "
+                                  "enforce=strict: expected privileged, baseline or restricted")
+    up = cli("up", "--nodes", "1", "--cpu-nodes", "0", "--dir", str(state), "--pod-security",
+             "enforce=baseline,audit=restricted", "--hostname-label-suffix", ".ec2.internal", cwd=tmp_path)
+    try:
+        assert up.returncode == 0, up.stderr
+        with tempfile.TemporaryDirectory() as cache:
+            def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+                return subprocess.run([kubectl_path(), "--cache-dir", cache, *args], input=stdin,
+                                      env={**os.environ, "KUBECONFIG": str(state / "kubeconfig")},
+                                      capture_output=True, text=True, timeout=60, check=False)
+            hostname = "jsonpath={.metadata.labels.kubernetes\\.io/hostname}"
+            label = kubectl("get", "node", "node-1", "-o", hostname)
+            assert label.stdout == "node-1.ec2.internal"
+            root = ("apiVersion: v1\nkind: Pod\nmetadata: {name: root}\nspec:\n  containers:\n"
+                    "  - {name: main, image: busybox:1.36}\n")
+            assert kubectl("apply", "-f", "-", stdin=root).returncode == 0  # baseline admits it
+            privileged = root.replace("name: root", "name: priv").replace(
+                "busybox:1.36}", "busybox:1.36, securityContext: {privileged: true}}")
+            refused = kubectl("apply", "-f", "-", stdin=privileged)
+            assert 'violates PodSecurity "baseline:latest": privileged' in refused.stderr
+        log = (state / "server.log").read_text()
+        audit = 'audit: pods "root" in namespace default: would violate PodSecurity "restricted:latest": '
+        assert audit in log
+    finally:
+        assert cli("down", "--dir", str(state), cwd=tmp_path).returncode == 0
+
+
 def test_default_dir_and_bad_nodes(tmp_path: Path) -> None:
     bad = cli("up", "--nodes", "4,x", cwd=tmp_path)
     assert bad.returncode == 2 and "--nodes" in bad.stderr
