@@ -83,7 +83,10 @@ def main() -> None:
               help="Run pods as real processes, or simulate them.")
 @click.option("--no-gpu-taint", is_flag=True, help="Do not taint GPU nodes with nvidia.com/gpu:NoSchedule.")
 @click.option("--port", type=int, default=0, help="API server port (default: any free port).")
-def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int) -> None:
+@click.option("--no-network-policy", is_flag=True,
+              help="Do not enforce NetworkPolicy (process runtime), like a network plugin without it.")
+def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
+       no_network_policy: bool) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -96,12 +99,15 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
         click.echo(f"export KUBECONFIG={directory / 'kubeconfig'}")
         return
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
-                                   gpu_taint=not no_gpu_taint)
+                                   gpu_taint=not no_gpu_taint, network_policy=not no_network_policy)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
     click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
                f"API {url}, runtime {runtime} (pid {process.pid})")
+    with contextlib.suppress(FileNotFoundError):
+        for line in (directory / "notices").read_text().splitlines():
+            click.echo(f"note: {line}")
     click.echo(f"kubeconfig: {kubeconfig}")
     click.echo(f"export KUBECONFIG={kubeconfig}")
 
@@ -144,7 +150,7 @@ def down(directory: Path) -> None:
         click.echo(f"local cluster stopped (pid {pid})")
     else:
         click.echo(f"no local cluster running in {directory}")
-    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log"):
+    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log", "notices"):
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
     with contextlib.suppress(OSError):
