@@ -3,13 +3,16 @@ runtime/attach.py, runtime/tmpfs.py, runtime/cgroups.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localcluster.claims import claim_causes, missing_claim, scheduler_message
 from localcluster.runtime.attach import Attachments, multi_attach_allowed
-from localcluster.runtime.cgroups import _limits, cfs_quota_us
+from localcluster.runtime.cgroups import _limits, cfs_quota_us, notice
+from localcluster.runtime.enforce import Enforcement
+from localcluster.runtime.netns import ClusterNetwork
 from localcluster.runtime.tmpfs import memory_volume_bytes, shm_bytes
 
 
@@ -109,3 +112,16 @@ def test_limits_as_the_kubelet_writes_them() -> None:
     assert _limits(container("1.5Gi", "2")) == (3 << 29, 2000)
     assert cfs_quota_us(500) == 50_000
     assert cfs_quota_us(1) == 1_000  # at least 1 ms per period
+
+
+def test_what_cannot_be_enforced_is_said(tmp_path: Path) -> None:
+    assert notice(tmp_path) == ("memory limits are not enforced: the cgroup v1 memory controller is not "
+                                f"mounted at {tmp_path / 'memory'} (containers never end OOMKilled)")
+    network = ClusterNetwork(mode="loopback")
+    enforcement = Enforcement(network=network, pods=list, network_policy=True, memory_limits=True,
+                              isolate=False)
+    assert enforcement.notices()[0] == (
+        "NetworkPolicy is not enforced: pods share the host's network (loopback mode)")
+    assert enforcement.notices()[1].startswith("memory limits are not enforced")
+    quiet = Enforcement(network=network, pods=list, network_policy=False, memory_limits=False, isolate=False)
+    assert quiet.notices() == ["NetworkPolicy is not enforced: switched off (--no-network-policy)"]
