@@ -1,12 +1,11 @@
 """Memory and CPU limits of the process runtime's containers, with the cgroup v1 controllers.
 
 A container with `resources.limits.memory` (or `.cpu`) runs in cgroups of its own,
-`/sys/fs/cgroup/<controller>/localcluster-<cluster>-<pid>-<start>/<pod uid>/<container>`:
+`/sys/fs/cgroup/<controller>/localcluster-<cluster>-<pid>-<start>/<pod uid>/<container>-<n>` (its nth start):
 memory.limit_in_bytes (and memory.memsw.limit_in_bytes where swap is accounted, so the limit cannot spill
-into swap), and CFS quota
-as the kubelet sets it (quota = limit in millicores x period / 1000, at least 1 ms, period 100 ms). The shim
-moves the container's PID 1 into them before `exec` (runtime/sandbox.py), so everything the container runs is
-counted. When the container crosses its memory limit the kernel's OOM killer kills it, and the cgroup's
+into swap), and CFS quota as the kubelet sets it (quota = limit in millicores x period / 1000, at least 1 ms,
+period 100 ms). The shim moves the container's PID 1 into them before `exec` (runtime/sandbox.py), so
+everything the container runs is counted. When the container crosses its memory limit the kernel's OOM killer kills it, and the cgroup's
 `oom_kill` counter tells the runtime to report `OOMKilled`, as the container runtime does.
 
 The parent is named after the server process (PID and start time), so a later start finds and removes the
@@ -110,13 +109,14 @@ class Cgroups:
     def _pod_dir(self, controller: str, pod_uid: str) -> Path:
         return self.root / controller / self.name / pod_uid
 
-    def create(self, pod_uid: str, container: Mapping[str, Any]) -> ContainerCgroups:
-        """The container's cgroups with its limits set (none when it sets no limit or they are off)."""
+    def create(self, pod_uid: str, container: Mapping[str, Any], *, start: int) -> ContainerCgroups:
+        """The cgroups of one start of a container, its limits set (none when it sets no limit or they are
+        off); a fresh one per start, so a restart never inherits the last start's OOM count."""
         memory, cpu = _limits(container)
         made = ContainerCgroups([], None)
         if not self.enabled:
             return made
-        name = str(container["name"])
+        name = f"{container['name']}-{start}"
         if memory is not None:
             path = self._pod_dir("memory", pod_uid) / name
             path.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,7 @@ class Enforcement:
     # ---- containers ---------------------------------------------------------------------------------------
     def container_cgroups(self, run: PodRun, ctr: ContainerRun) -> ContainerCgroups:
         try:
-            return self.cgroups.create(run.uid, ctr.spec)
+            return self.cgroups.create(run.uid, ctr.spec, start=ctr.generation)
         except OSError:
             log.exception("container %s of %s/%s runs without its limits", ctr.name, run.namespace, run.name)
             return ContainerCgroups([], None)
