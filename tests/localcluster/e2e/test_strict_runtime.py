@@ -82,6 +82,19 @@ def test_a_container_over_its_memory_limit_ends_oom_killed(cluster: TestCluster)
     assert "OOMKilled" in cluster.kubectl("describe", "pod", "greedy").stdout
 
 
+BUSY = ("import time\nstart = time.monotonic()\nwhile time.monotonic() - start < 2:\n    pass\n"
+        "print(time.process_time() / (time.monotonic() - start))")
+
+
+def test_a_cpu_limit_is_a_quota_of_cpu_time(cluster: TestCluster) -> None:
+    v1 = client.CoreV1Api(cluster.api_client())
+    v1.create_namespaced_pod("default", pod("throttled", [PY, "-c", BUSY],
+                                            resources={"limits": {"cpu": "100m"}}))
+    assert finished(v1, "throttled") == "Succeeded"
+    share = float(v1.read_namespaced_pod_log("throttled", "default"))
+    assert share < 0.2, share  # a busy loop held to a tenth of a CPU (unthrottled it takes a whole one)
+
+
 # ---- /dev/shm ------------------------------------------------------------------------------------------
 SHM = "import os\ns = os.statvfs('/dev/shm')\nprint(s.f_blocks * s.f_frsize)"
 
