@@ -5,8 +5,9 @@ A container with `resources.limits.memory` (or `.cpu`) runs in cgroups of its ow
 memory.limit_in_bytes (and memory.memsw.limit_in_bytes where swap is accounted, so the limit cannot spill
 into swap), and CFS quota as the kubelet sets it (quota = limit in millicores x period / 1000, at least 1 ms,
 period 100 ms). The shim moves the container's PID 1 into them before `exec` (runtime/sandbox.py), so
-everything the container runs is counted. When the container crosses its memory limit the kernel's OOM killer kills it, and the cgroup's
-`oom_kill` counter tells the runtime to report `OOMKilled`, as the container runtime does.
+everything the container runs is counted. When the container crosses its memory limit the kernel's OOM
+killer kills it, and the cgroup's `oom_kill` counter tells the runtime to report `OOMKilled`, as the
+container runtime does.
 
 The parent is named after the server process (PID and start time), so a later start finds and removes the
 cgroups a dead cluster left. Where the memory controller is not mounted or not writable, limits are not
