@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
-system-deps:  ## Debian packages the local cluster and the e2e tests need (openssh-server, iproute2, cmake)
+system-deps:  ## Debian packages the local cluster and the e2e tests need (openssh-server, iproute2, nftables, cmake)
 	@bash scripts/install-system-deps.sh
 
 # The product (src/) and the local cluster it is tested on (localcluster/), both editable; only the product

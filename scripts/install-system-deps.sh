@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages DistributeTrain's local cluster and tests need, when missing.
-# openssh-server: worker pods run sshd; iproute2: network namespaces per pod; cmake: builds Horovod.
+# openssh-server: worker pods run sshd; iproute2: network namespaces per pod; cmake: builds Horovod;
+# nftables: the process runtime enforces NetworkPolicy with nft rules on the cluster's bridge.
 set -euo pipefail
 need=()
 command -v /usr/sbin/sshd >/dev/null || need+=(openssh-server)
 command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
 command -v cmake >/dev/null || need+=(cmake)
 command -v unshare >/dev/null || need+=(util-linux)
 command -v g++ >/dev/null || need+=(g++)

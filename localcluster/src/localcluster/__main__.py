@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="untainted nodes cpu-1, cpu-2, ... without GPUs (default 0)")
     serve.add_argument("--runtime", choices=("sim", "process"), default="sim")
     serve.add_argument("--no-gpu-taint", action="store_true", help="do not taint GPU nodes")
+    serve.add_argument("--no-network-policy", action="store_true",
+                       help="do not enforce NetworkPolicy (process runtime), as a CNI without it")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
     serve.add_argument("--san", action="append", default=[], help="extra certificate subject names")
@@ -61,7 +63,9 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
-                       hostname_label_suffix=args.hostname_label_suffix, bind_host=args.host, port=args.port,
+                       hostname_label_suffix=args.hostname_label_suffix,
+                       runtime_options={"network_policy": False} if args.no_network_policy else {},
+                       bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)
     stop = asyncio.Event()
@@ -73,13 +77,14 @@ async def serve(args: argparse.Namespace) -> None:
     pid_file.write_text(f"{os.getpid()}\n")
     try:
         await cluster.astart()
+        (args.dir / "notices").write_text("".join(f"{line}\n" for line in cluster.notices))
         (args.dir / "url").write_text(cluster.url + "\n")
         logging.getLogger(__name__).warning("local cluster serving at %s (kubeconfig %s)", cluster.url,
                                             cluster.kubeconfig)
         await stop.wait()
     finally:
         await cluster.astop()
-        for name in ("kubeconfig", "url", "pid"):
+        for name in ("kubeconfig", "url", "pid", "notices"):
             with contextlib.suppress(FileNotFoundError):
                 (args.dir / name).unlink()
 

@@ -90,8 +90,10 @@ def main() -> None:
 @click.option("--hostname-label-suffix", default="", metavar="SUFFIX",
               help="Append SUFFIX to each node's kubernetes.io/hostname label (e.g. .ec2.internal), so the "
                    "label differs from the node's name as on EKS.")
+@click.option("--no-network-policy", is_flag=True,
+              help="Do not enforce NetworkPolicy (process runtime), like a network plugin without it.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
-       pod_security: str, hostname_label_suffix: str) -> None:
+       pod_security: str, hostname_label_suffix: str, no_network_policy: bool) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -109,12 +111,16 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
         return
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
-                                   hostname_label_suffix=hostname_label_suffix)
+                                   hostname_label_suffix=hostname_label_suffix,
+                                   network_policy=not no_network_policy)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
     click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
                f"API {url}, runtime {runtime} (pid {process.pid})")
+    with contextlib.suppress(FileNotFoundError):
+        for line in (directory / "notices").read_text().splitlines():
+            click.echo(f"note: {line}")
     click.echo(f"kubeconfig: {kubeconfig}")
     click.echo(f"export KUBECONFIG={kubeconfig}")
 
@@ -157,7 +163,7 @@ def down(directory: Path) -> None:
         click.echo(f"local cluster stopped (pid {pid})")
     else:
         click.echo(f"no local cluster running in {directory}")
-    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log"):
+    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log", "notices"):
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
     with contextlib.suppress(OSError):

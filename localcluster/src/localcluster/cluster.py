@@ -16,12 +16,13 @@ import contextlib
 import copy
 import datetime
 import importlib
+import logging
 import os
 import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,12 +36,13 @@ from localcluster.controllers import Controllers
 from localcluster.errors import InvalidInput
 from localcluster.faults import Fault, Faults
 from localcluster.podresources import GPU_RESOURCE
-from localcluster.runtime.base import PodRuntime
-from localcluster.store import NotFound, Store, now_iso
+from localcluster.runtime.base import ObjectChange, PodRuntime
+from localcluster.store import DELETED, Event, NotFound, Store, now_iso
 from localcluster.subresources import Subresources
 from localcluster.tokens import TokenAuthority
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 SEED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 RUNTIMES = {"sim": "localcluster.runtime.sim:SimRuntime",
@@ -172,6 +174,12 @@ class LocalCluster:
     def token_for(self, namespace: str, service_account: str) -> str:
         return self.tokens.issue(namespace, service_account)[0]
 
+    @property
+    def notices(self) -> list[str]:
+        """What the runtime cannot enforce on this machine (NetworkPolicy, memory limits), once each."""
+        notices = getattr(self.runtime, "notices", None)
+        return list(notices()) if notices is not None else []
+
     # ---- RuntimeHost ---------------------------------------------------------------------------------------
     def get(self, resource: str, namespace: str | None, name: str) -> Obj | None:
         return self.store.copy_of(resource, namespace, name)
@@ -207,13 +215,29 @@ class LocalCluster:
     def service_account_token(self, namespace: str, service_account: str) -> str:
         return self.token_for(namespace, service_account)
 
+    def list_objects(self, resource: str) -> list[Obj]:
+        return self.store.objects(resource)
+
+    def on_change(self, resources: Collection[str], callback: ObjectChange) -> None:
+        wanted = frozenset(resources)
+
+        def listener(event: Event) -> None:
+            if event.resource in wanted:
+                old = event.old.obj if event.old is not None else None
+                callback(event.resource, old, None if event.type == DELETED else event.new.obj)
+
+        self.store.add_listener(listener)
+
     async def record_event(self, obj: Obj, *, reason: str, message: str, type: str = "Normal",
                            component: str = "kubelet", field_path: str = "") -> None:
         if self.controllers is None:
             return
         node = (obj.get("spec") or {}).get("nodeName", "") if component == "kubelet" else ""
-        self.controllers.record_event(obj, type, reason, message, component=component, host=node,
-                                      field_path=field_path)
+        try:
+            self.controllers.record_event(obj, type, reason, message, component=component, host=node,
+                                          field_path=field_path)
+        except Exception:  # an event is never worth failing the pod operation that records it
+            log.exception("could not record event %s for %s", reason, obj["metadata"].get("name"))
 
     # ---- lifecycle on the caller's loop ------------------------------------------------------------------
     async def astart(self) -> None:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from localcluster import gc, nodefit, podsecurity, scheduler
+from localcluster import claims, gc, nodefit, podsecurity, scheduler
 from localcluster import status as st
 from localcluster.admissionplugins import AdmissionPlugins
 from localcluster.collector import GarbageCollector
@@ -86,7 +86,7 @@ class Controllers:
         self.collector.on_event(event)
         if event.resource == "pods":
             self._on_pod(event, obj, meta.get("uid", ""))
-        elif event.resource == "nodes":
+        elif event.resource in ("nodes", claims.RESOURCE):
             self._schedule_wake.set()
         elif event.resource == "namespaces" and event.type == ADDED:
             self.spawn(self._default_service_account(meta["name"]))
@@ -184,6 +184,10 @@ class Controllers:
             pod = self.store.get("pods", namespace, name)
             if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
                 self._pending.pop(uid, None)
+                continue
+            missing = claims.missing_claim(pod, self.store.get)
+            if missing:
+                self._unschedulable(pod, claims.scheduler_message(missing, len(nodes)))
                 continue
             # self._usage follows every bind at once (the store listener), so no re-summing here
             result = scheduler.schedule(pod, nodes, usage=self._usage)

@@ -20,7 +20,7 @@ from localcluster.errors import StartFailed
 
 MODULE = "localcluster"
 # what `serve` writes into its directory; removed before a start so a stale file never passes for readiness
-STATE_FILES = ("url", "pid", "kubeconfig")
+STATE_FILES = ("url", "pid", "kubeconfig", "notices")
 
 
 def ready_url(directory: Path) -> str | None:
@@ -43,7 +43,7 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
-                  hostname_label_suffix: str = "") -> list[str]:
+                  hostname_label_suffix: str = "", network_policy: bool = True) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -51,7 +51,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--pod-security", pod_security]
     if hostname_label_suffix:
         command += ["--hostname-label-suffix", hostname_label_suffix]
-    return command if gpu_taint else [*command, "--no-gpu-taint"]
+    command += [] if gpu_taint else ["--no-gpu-taint"]
+    return command if network_policy else [*command, "--no-network-policy"]
 
 
 def start(command: Sequence[str], *, directory: Path, log: Path,

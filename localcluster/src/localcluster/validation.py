@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from localcluster.claims import claim_causes
 from localcluster.fielderrors import (
     DUPLICATE,
     FORBIDDEN,
@@ -250,6 +251,8 @@ def validate(resource: str, obj: Mapping[str, Any]) -> list[Cause]:
         causes += _rbac_causes(resource, obj)
     elif resource == "services":
         causes += _service_causes(obj)
+    elif resource == "persistentvolumeclaims":
+        causes += claim_causes(obj)
     return causes
 
 

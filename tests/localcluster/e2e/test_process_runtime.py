@@ -32,7 +32,8 @@ PY = sys.executable  # the interpreter running the tests: its environment is the
 
 
 class StandInHost:
-    """Just enough of the control plane for a runtime: objects by key, pod status merges, node readiness."""
+    """Just enough of the control plane for a runtime: objects by key, pod status merges, node readiness,
+    change listeners, events."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -43,6 +44,7 @@ class StandInHost:
         self.node_ready: dict[str, tuple[bool, str]] = {}
         self.events: list[tuple[str, str, str, str, str]] = []  # (pod, type, reason, message, fieldPath)
         self.changed = asyncio.Event()
+        self.listeners: list[tuple[frozenset[str], Any]] = []
         for i, gpus in enumerate((4, 2), start=1):
             self.add({"kind": "Node", "metadata": {"name": f"node-{i}"},
                       "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64",
@@ -52,9 +54,26 @@ class StandInHost:
     def add(self, obj: dict[str, Any], resource: str) -> dict[str, Any]:
         meta = obj["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
-        namespace = None if resource == "nodes" else meta.setdefault("namespace", "default")
+        namespace = None if resource in ("nodes", "namespaces") else meta.setdefault("namespace", "default")
+        old = self.objects.get((resource, namespace, meta["name"]))
         self.objects[(resource, namespace, meta["name"])] = obj
+        self._notify(resource, copy.deepcopy(old), copy.deepcopy(obj))
         return obj
+
+    def remove(self, resource: str, namespace: str | None, name: str) -> None:
+        old = self.objects.pop((resource, namespace, name))
+        self._notify(resource, old, None)
+
+    def _notify(self, resource: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for resources, callback in self.listeners:
+            if resource in resources:
+                callback(resource, old, new)
+
+    def list_objects(self, resource: str) -> list[dict[str, Any]]:
+        return [obj for (kind, _, _), obj in self.objects.items() if kind == resource]
+
+    def on_change(self, resources: Any, callback: Any) -> None:
+        self.listeners.append((frozenset(resources), callback))
 
     def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         obj = self.objects.get((resource, namespace, name))
@@ -118,13 +137,25 @@ async def read_logs(runtime: ProcessRuntime, name: str, container_name: str, **k
     return b"".join(chunks).decode()
 
 
+def ours(snapshot: dict[str, Any], cluster_id: str) -> dict[str, Any]:
+    """A leftovers() snapshot without the bridges, veths, tables and cgroups of other local clusters (other
+    engineers' tests start and stop theirs on this machine meanwhile)."""
+    def keep(name: str) -> bool:
+        return cluster_id in name or not any(mark in name for mark in ("dtb", "dtv", "localcluster-"))
+    return {key: [v for v in value if keep(v)] if key in ("links", "nft tables", "cgroups") else value
+            for key, value in snapshot.items()}
+
+
 def leftovers() -> dict[str, Any]:
     """What a runtime could leave behind on the host."""
     links = json.loads(subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True,
                                       check=True).stdout)
     with open("/proc/mounts") as f:
         mounts = sorted(line.split()[1] for line in f)
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     return {
+        "nft tables": sorted(line for line in tables.splitlines() if " dtb" in line),
+        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/localcluster-*")),
         "links": sorted(link["ifname"] for link in links),
         "netns": subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout,
         "mounts": mounts,
@@ -188,6 +219,8 @@ async def test_pod_sees_its_env_hostname_ip_and_volumes(cluster: tuple[ProcessRu
                                                              "fieldRef": {"fieldPath": "metadata.labels"}}]}},
                  {"name": "data", "persistentVolumeClaim": {"claimName": "results"}}])
     spec["metadata"]["labels"] = {"app": "reporter"}
+    host.add({"metadata": {"name": "results"}, "spec": {"accessModes": ["ReadWriteOnce"]}},
+             "persistentvolumeclaims")
     host.add(spec, "pods")
     before = leftovers()
     await runtime.run_pod(copy.deepcopy(spec))
@@ -356,10 +389,12 @@ async def test_shutdown_leaves_nothing_behind(tmp_path: Path) -> None:
         await runtime.run_pod(copy.deepcopy(spec))
     await host.wait(lambda: all(len(host.status(f"p{i}").get("containerStatuses") or []) == 2 and all(
         "running" in c["state"] for c in host.status(f"p{i}")["containerStatuses"]) for i in range(3)))
-    during = leftovers()
-    assert len(during["links"]) > len(before["links"])  # the bridge and the veths were there
+    mine = runtime.network.cluster_id
+    during = ours(leftovers(), mine)
+    assert len(during["links"]) > len(ours(before, mine)["links"])  # the bridge and the veths were there
+    assert during["nft tables"] == [f"table bridge {runtime.network.bridge}"]
     await runtime.shutdown()
-    assert leftovers() == before
+    assert ours(leftovers(), mine) == ours(before, mine)
     assert list((tmp_path / "state").iterdir()) == []
 
 
@@ -687,4 +722,4 @@ async def test_pod_deleted_while_starting_leaves_nothing(cluster: tuple[ProcessR
         await asyncio.sleep(delay)
         await runtime.stop_pod(spec, 1)
     assert runtime.pods == {}
-    assert leftovers() == before
+    assert ours(leftovers(), runtime.network.cluster_id) == ours(before, runtime.network.cluster_id)

@@ -6,9 +6,11 @@ All methods run on the cluster's single asyncio event loop.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
+
+ObjectChange = Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]
 
 
 class RuntimeHost(Protocol):
@@ -34,6 +36,16 @@ class RuntimeHost(Protocol):
 
     def service_account_token(self, namespace: str, service_account: str) -> str:
         """A bearer token the API server accepts as system:serviceaccount:NAMESPACE:NAME."""
+        ...
+
+    def list_objects(self, resource: str) -> list[dict[str, Any]]:
+        """Every object of a resource in every namespace, by its store key ("pods",
+        "networkpolicies.networking.k8s.io"). Read-only: the caller must not change them."""
+        ...
+
+    def on_change(self, resources: Collection[str], callback: ObjectChange) -> None:
+        """After every write to one of `resources`, call callback(resource, old, new): old is None for a
+        creation, new None for a deletion. It runs inside the write, so it may only queue work."""
         ...
 
     async def record_event(self, obj: dict[str, Any], *, reason: str, message: str, type: str = "Normal",

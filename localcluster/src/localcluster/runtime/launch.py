@@ -15,6 +15,7 @@ from localcluster.runtime.base import RuntimeHost
 from localcluster.runtime.podenv import container_args, container_env
 from localcluster.runtime.pods import ContainerRun, PodRun
 from localcluster.runtime.runas import RunAs, image_directories, run_as
+from localcluster.runtime.tmpfs import shm_bytes
 from localcluster.runtime.volumes import (
     SA_MOUNT_PATH,
     Mount,
@@ -144,6 +145,7 @@ class Launcher:
             "image_files": [[str(f.source), f.dest, f.mode] for f in image.files],
             "mounts": [[m.source, m.dest, m.read_only] for m in mounts],
             "workdir": ctr.spec.get("workingDir") or image.workdir or "/",
+            "shm_bytes": shm_bytes(m.dest for m in mounts),
             "argv": argv, "env": env,
             "user": {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)} if switch else None,
             "no_new_privs": user.no_new_privs,

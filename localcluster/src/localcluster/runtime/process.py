@@ -26,6 +26,7 @@ from localcluster.images import ImageRegistry
 from localcluster.runtime import kubeletevents as ke
 from localcluster.runtime import podstatus as ps
 from localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.enforce import Enforcement
 from localcluster.runtime.forward import TcpForwarder
 from localcluster.runtime.launch import Launcher
 from localcluster.runtime.logs import container_log
@@ -57,12 +58,16 @@ class ProcessRuntime:
 
     def __init__(self, *, network: str = "auto", images: ImageRegistry | None = None,
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
-                 shutdown_grace: float = 2.0) -> None:
+                 shutdown_grace: float = 2.0, network_policy: bool = True,
+                 memory_limits: bool = True) -> None:
         root = os.geteuid() == 0
         self.user_namespace = not root and can_use_userns()
         self.network = ClusterNetwork(mode=network if network != "auto" else (
             "netns" if can_use_netns() else "loopback"), user_namespace=self.user_namespace)
         self.isolate = root or self.user_namespace
+        self.enforcement = Enforcement(network=self.network, pods=lambda: self.pods.values(),
+                                       network_policy=network_policy, memory_limits=memory_limits,
+                                       isolate=self.isolate)
         self.images = images or ImageRegistry.default()
         self.venv_bin = venv_bin or str(Path(sys.executable).parent)
         # the shim needs only the standard library: any Python 3 this user may run will do
@@ -95,6 +100,10 @@ class ProcessRuntime:
         await self.host.record_event(run.pod, reason=reason, message=message, field_path=ctr.field_path,
                                      type="Warning" if warning else "Normal")
 
+    def notices(self) -> list[str]:
+        """What this machine does not let the runtime enforce (`localcluster up` prints it)."""
+        return self.enforcement.notices()
+
     async def prepare_network(self) -> str | None:
         """Make the bridge; returns the address pods reach the API server on (for its certificate and to
         listen on), or None when pods share the host's network. LocalCluster calls it before start()."""
@@ -110,6 +119,7 @@ class ProcessRuntime:
                                   venv_bin=self.venv_bin, api_host=self.api_host,
                                   netns=self.network.mode == "netns", isolate=self.isolate,
                                   user_namespace=self.user_namespace)
+        await self.enforcement.start(host)
 
     @property
     def launcher(self) -> Launcher:
@@ -167,6 +177,7 @@ class ProcessRuntime:
         if self._forwarder is not None:
             await self._forwarder.close()
             self._forwarder = None
+        await self.enforcement.shutdown()
         await self.network.teardown()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -175,8 +186,10 @@ class ProcessRuntime:
         try:
             run.start_time = ps.now()
             await self._report(run)
+            await self.enforcement.wait_for_attach(run, lambda: self._report(run))
             run.net = await self.network.create_pod(node=run.node, hostname=run.hostname)
             run.ip = run.net.ip
+            await self.enforcement.network_changed()
             run.sandbox_ready = True
             await self._report(run)
             await self._ensure_forwarder()
@@ -246,6 +259,7 @@ class ProcessRuntime:
         phase = run.phase()
         if phase in ("Succeeded", "Failed"):
             self.launcher.release_gpus(run)
+            self.enforcement.pod_finished(run)
         await self._report(run)
 
     async def _run_once(self, run: PodRun, ctr: ContainerRun) -> int:
@@ -258,7 +272,9 @@ class ProcessRuntime:
         ctr.generation += 1
         ctr.directory.mkdir(parents=True, exist_ok=True)
         (ctr.directory / "rootfs").mkdir(exist_ok=True)
-        spec_path.write_text(json.dumps({**config, "log": str(ctr.log_path)}))
+        cgroups = self.enforcement.container_cgroups(run, ctr)
+        spec_path.write_text(json.dumps({**config, "log": str(ctr.log_path),
+                                         "cgroups": [str(p) for p in cgroups.directories]}))
         ctr.log_path.touch()
         with ctr.log_path.open("ab") as log_file:  # the shim's own errors land in the container's log
             proc = await spawn(
@@ -285,6 +301,8 @@ class ProcessRuntime:
             reason, message = "StartError", line.removeprefix("error ").strip() or "the sandbox failed"
             await self._event(run, ctr, ke.failed(message))
         await ctr.stop_probes()
+        oom = await self.enforcement.container_ended(cgroups)  # "OOMKilled" when the kernel killed in it
+        reason = reason or oom
         code = 128 if reason == "StartError" else ps.exit_code_of(returncode)
         if ctr.killed_by_node_loss:
             return code
@@ -359,6 +377,7 @@ class ProcessRuntime:
         if run.net is not None:
             await self.network.delete_pod(run.net)
             run.net = None
+        await self.enforcement.release(run)
         shutil.rmtree(run.dir, ignore_errors=True)
 
     async def _lose(self, run: PodRun) -> None:
@@ -380,6 +399,7 @@ class ProcessRuntime:
         run.reason = "NodeLost"
         run.message = f"Node {run.node} which was running pod {run.name} is unresponsive"
         self.launcher.release_gpus(run)
+        self.enforcement.pod_finished(run)
         await self._report(run)
 
     async def _ensure_forwarder(self) -> None:

@@ -5,12 +5,13 @@ Run by the process runtime as `python -I -S sandbox.py SPEC.json` (standard libr
 2. unshares a mount namespace (private propagation: nothing it mounts reaches the host) and a PID namespace,
 3. mounts the container's root: an overlay whose lower layer is the host's / and whose upper layer is a tmpfs,
    so the container writes where it likes (like a container's writable layer) and the host never changes;
-   /dev, /sys and the host's other top-level mounts are bound in, /proc and /dev/shm are fresh,
+   /dev, /sys and the host's other top-level mounts are bound in, /proc and /dev/shm are fresh (a 64 MiB
+   tmpfs, unless a pod volume is mounted there),
 4. copies the image's files (localcluster/images.py) to their destinations, bind-mounts the volumes at their
    mountPath, the managed /etc/hosts and /etc/hostname; mount points are created inside the overlay only,
-5. forks the command: PID 1 of the new PID namespace, chrooted, as the container's user (runtime/runas.py;
-   a non-root user is shown the directories that stand in for its image, see `reveal`), in workingDir, with
-   exactly the pod's env.
+5. forks the command: PID 1 of the new PID namespace, in the container's cgroups (its limits, runtime/
+   cgroups.py), chrooted, as the container's user (runtime/runas.py; a non-root user is shown the
+   directories that stand in for its image, see `reveal`), in workingDir, with exactly the pod's env.
 It prints `started PID` (the command's host PID) or `error MESSAGE` on stdout, forwards signals to the
 command, and exits with the command's exit code (128+N for signal N, as Kubernetes reports it). When this
 shim dies, the command gets SIGKILL (PR_SET_PDEATHSIG), and with PID 1 gone the kernel kills every process
@@ -222,8 +223,9 @@ def build_root(spec: dict[str, Any]) -> str:
         mount("tmpfs", root + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
         binds.discard("/run")
     reveal(root, spec.get("reveal") or [], binds)
-    if os.path.isdir(root + "/dev/shm"):
-        mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k")
+    shm = spec.get("shm_bytes", 64 << 20)  # None: a pod volume is mounted at /dev/shm instead
+    if shm is not None and os.path.isdir(root + "/dev/shm"):
+        mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={shm}")
     for source, dest, mode in spec.get("image_files", []):
         if os.path.isdir(source):
             target = resolve(root, dest, "dir", binds)
@@ -249,6 +251,9 @@ def run_child(spec: dict[str, Any], root: str | None, log_fd: int, report_fd: in
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED):
             signal.signal(sig, signal.SIG_DFL)
+        for cgroup in spec.get("cgroups") or []:  # its memory and CPU limits (runtime/cgroups.py)
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+                procs.write("0")  # cgroup v1: 0 is the writing process itself
         if root is not None:
             mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             os.chroot(root)

@@ -2,9 +2,10 @@
 
 Every volume is materialised once per pod under the pod's directory (emptyDir, secret, configMap, downwardAPI,
 projected, the service-account token), except hostPath (the host path itself) and persistentVolumeClaim (one
-directory per claim under the cluster's state dir, kept across pods until `localcluster down`). The sandbox
-(runtime/sandbox.py) bind-mounts them inside the container's private mount namespace. Secret and configMap
-contents are written when the pod starts and not refreshed afterwards.
+directory per claim under the cluster's state dir, kept across pods until `localcluster down`; the claim must
+exist). A memory-backed emptyDir is a tmpfs (runtime/tmpfs.py). The sandbox (runtime/sandbox.py) bind-mounts
+them inside the container's private mount namespace. Secret and configMap contents are written when the pod
+starts and not refreshed afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from localcluster.runtime.podenv import Getter, NotReadyYet, field_value, resource_value
+from localcluster.runtime.tmpfs import is_memory_backed, memory_volume_bytes, mount_tmpfs
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_VOLUME = "kube-api-access"
@@ -123,7 +125,10 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
     if "hostPath" in volume:
         return _host_path(volume["hostPath"])
     if "persistentVolumeClaim" in volume:
-        claim = claims_dir / namespace / volume["persistentVolumeClaim"]["claimName"]
+        name = volume["persistentVolumeClaim"]["claimName"]
+        if get("persistentvolumeclaims", namespace, name) is None:
+            raise NotReadyYet(f'persistentvolumeclaim "{name}" not found')
+        claim = claims_dir / namespace / name
         claim.mkdir(parents=True, exist_ok=True)
         return str(claim)
     files: dict[str, bytes] = {}
@@ -159,6 +164,8 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
         raise ValueError(f"volume {volume['name']}: only emptyDir, secret, configMap, downwardAPI, "
                          "projected, hostPath and persistentVolumeClaim volumes are emulated locally")
     target.mkdir(parents=True, exist_ok=True)
+    if is_memory_backed(volume):
+        mount_tmpfs(target, memory_volume_bytes(volume, ctx.pod, ctx.allocatable.get("memory")))
     os.chmod(target, 0o777 if "emptyDir" in volume else 0o755)
     _write(target, files, modes, default_mode)
     return str(target)
