@@ -114,12 +114,14 @@ class PodConnect:
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
         sub = target.subresource or ""
         pod = stored(self.store, target)
-        runtime = self._streaming(sub)
-        require_host(pod)
         if sub == "portforward":
-            return await self._port_forward(request, pod, runtime)
+            require_host(pod)
+            return await self._port_forward(request, pod, self._streaming(sub))
+        # the API server's checks, then the kubelet's
         options = ch.StreamOptions.parse(request.query, attach=sub == "attach")
         container = pick_container(pod, options.container)
+        require_host(pod)
+        runtime = self._streaming(sub)
         require_running(pod, container)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
 

@@ -323,8 +323,9 @@ async def open_port(*, netns_pid: int | None, address: str, port: int,
         await asyncio.get_running_loop().sock_connect(sock, (address, port))
     except OSError as e:
         sock.close()
+        reason = os.strerror(e.errno).lower() if e.errno else str(e)  # as Go words it
         raise StreamingError(f"failed to connect to localhost:{port} inside {where}: dial tcp4 "
-                             f"{address}:{port}: connect: {e.strerror or e}") from e
+                             f"{address}:{port}: connect: {reason}") from e
     return await asyncio.open_connection(sock=sock)
 
 
