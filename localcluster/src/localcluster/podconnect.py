@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from aiohttp import web
@@ -155,7 +156,8 @@ class PodConnect:
         return raw.response
 
     @staticmethod
-    async def _session(streams: ExecStreams, start: Any, options: ch.StreamOptions) -> None:
+    async def _session(streams: ExecStreams, start: Callable[[], Awaitable[ExecSession]],
+                       options: ch.StreamOptions) -> None:
         try:
             session = await start()
         except StreamingError as e:

@@ -6,8 +6,8 @@ container's output for attach, and open TCP connections inside a pod's network n
   (`TERM=xterm` added with a terminal, as containerd does). With a terminal (tty) the shim's stdio is a pty
   whose master we hold: resizes are TIOCSWINSZ on it, and its output is all on stdout.
 - attach: the container's output from now on (stdout and stderr, as the container's log holds them, both on
-  stdout); what is typed is dropped, as for a container without `stdin: true` (containers run with stdin on
-  /dev/null here).
+  stdout); what is typed goes to the container's stdin, a pipe when its spec says `stdin: true` (closed after
+  the first attach with `stdinOnce`), else it is dropped as a kubelet drops it.
 - port-forward: a socket made by a thread that has entered the pod's network namespace (a socket keeps the
   namespace it was made in), connected to 127.0.0.1:PORT, as the kubelet dials localhost in the pod.
 """
@@ -39,6 +39,7 @@ from localcluster.runtime.pods import ContainerRun, PodRun
 SHIM = Path(__file__).with_name("nsexec.py")
 CHUNK = 32 * 1024
 KILL_GRACE = 2.0
+CONNECT_SECONDS = 30.0
 CLONE_NEWNET = 0x40000000
 NAMESPACES = ["user", "ipc", "uts", "net", "pid", "mnt"]  # the shim skips those it already shares
 
@@ -90,26 +91,30 @@ class _Shim:
         if self._code is None:
             code = await self.proc.wait()
             failure = b""
-            with contextlib.suppress(BlockingIOError, OSError):
-                failure = os.read(self._report, 4096)
             with contextlib.suppress(OSError):
-                os.close(self._report)
+                failure = os.read(self._report, 4096) if self._report >= 0 else b""
+            self._close_report()
             if failure:
                 raise StreamingError(failure.decode(errors="replace"))
             self._code = code
         return self._code
 
+    def _close_report(self) -> None:
+        if self._report >= 0:
+            os.close(self._report)
+            self._report = -1
+
     async def kill(self) -> None:
-        if self.proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)  # handed to the command
-        try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), KILL_GRACE)
-        except TimeoutError:
+        if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()  # the command dies with it (PR_SET_PDEATHSIG)
-            await self.proc.wait()
+                self.proc.send_signal(signal.SIGTERM)  # handed to the command
+            try:
+                await asyncio.wait_for(asyncio.shield(self.proc.wait()), KILL_GRACE)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()  # the command dies with it (PR_SET_PDEATHSIG)
+                await self.proc.wait()
+        self._close_report()
 
 
 class PipeSession(_Shim):
@@ -239,19 +244,26 @@ async def start_exec(run: PodRun, ctr: ContainerRun, command: list[str], *, tty:
 
 
 class AttachSession:
-    """attach: the container's output from now on, until it ends."""
+    """attach: the container's output from now on, until it ends; what is typed goes to its stdin when it has
+    one (`stdin: true`), which `stdinOnce` closes when the first attach ends."""
 
     def __init__(self, run: PodRun, ctr: ContainerRun) -> None:
         if ctr.proc is None or not ctr.is_running:
             raise StreamingError(f'container "{ctr.name}" in pod "{run.name}" is not running')
         self._proc = ctr.proc
+        self._once = bool(ctr.spec.get("stdinOnce"))
         self._log: AsyncGenerator[bytes, None] = container_log(run, ctr, follow=True, tail_lines=0)
 
     async def write_stdin(self, data: bytes) -> None:
-        pass
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.write(data)
+            with contextlib.suppress(ConnectionError):
+                await stdin.drain()
 
     async def close_stdin(self) -> None:
-        pass
+        if self._once and self._proc.stdin is not None and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
 
     async def read_stdout(self) -> bytes:
         try:
@@ -270,26 +282,21 @@ class AttachSession:
         return 0
 
     async def kill(self) -> None:
+        await self.close_stdin()
         await self._log.aclose()
 
 
 def _socket_in_netns(pid: int) -> socket.socket:
-    """Runs in a thread of its own: enters the namespace, makes the socket, returns to its own namespace."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    """Runs in a thread of its own, which ends right after: a network namespace is per thread, so entering
+    the pod's changes nothing for the rest of the server."""
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
     try:
-        target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-        try:
-            if _libc.setns(target, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), f"setns into the network namespace of PID {pid}")
-            try:
-                return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            finally:
-                if _libc.setns(own, CLONE_NEWNET) != 0:  # never let a thread wander off in a pod's network
-                    os.abort()
-        finally:
-            os.close(target)
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"setns into the network namespace of PID {pid}: {os.strerror(code)}")
+        return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     finally:
-        os.close(own)
+        os.close(target)
 
 
 async def _in_thread(pid: int) -> socket.socket:
@@ -320,7 +327,12 @@ async def open_port(*, netns_pid: int | None, address: str, port: int,
     sock = await _in_thread(netns_pid) if netns_pid is not None else socket.socket()
     sock.setblocking(False)
     try:
-        await asyncio.get_running_loop().sock_connect(sock, (address, port))
+        connecting = asyncio.get_running_loop().sock_connect(sock, (address, port))
+        await asyncio.wait_for(connecting, CONNECT_SECONDS)
+    except TimeoutError as e:
+        sock.close()
+        raise StreamingError(f"failed to connect to localhost:{port} inside {where}: dial tcp4 "
+                             f"{address}:{port}: i/o timeout") from e
     except OSError as e:
         sock.close()
         reason = os.strerror(e.errno).lower() if e.errno else str(e)  # as Go words it

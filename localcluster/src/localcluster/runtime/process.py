@@ -268,7 +268,8 @@ class ProcessRuntime:
         with ctr.log_path.open("ab") as log_file:  # the shim's own errors land in the container's log
             proc = await spawn(
                 "setpriv", "--pdeathsig", "KILL", "--", self.python, "-I", "-S", str(SANDBOX), str(spec_path),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log_file,
+                stdin=asyncio.subprocess.PIPE if config["stdin"] else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=log_file,
                 start_new_session=True)
         ctr.proc = proc
         assert proc.stdout is not None
