@@ -247,6 +247,17 @@ def test_attach_streams_what_the_container_prints_until_it_ends(cluster: TestClu
     assert ticks == [f"tick {i}" for i in range(int(ticks[0].split()[1]), 30)]
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_run_interactive_attaches_stdin_and_removes_the_pod(cluster: TestCluster, protocol: str) -> None:
+    name = f"catter-{protocol}"  # kubectl run -i: a pod with stdin and stdinOnce, attached to, then deleted
+    done = cluster.kubectl("run", "-i", "--rm", "--restart=Never", name, "--image=busybox", "--", "sh", "-c",
+                           "cat; echo stdin-ended", input="line one\nline two\n",
+                           extra_env=protocol_env(protocol))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["line one", "line two", "stdin-ended",
+                                        f'pod "{name}" deleted from default namespace']
+
+
 # ---- port-forward ------------------------------------------------------------------------------------------
 class PortForward:
     def __init__(self, cluster: TestCluster, target: str, remote: int, protocol: str,
