@@ -2,7 +2,8 @@
 
 `kubectl apply` of rbac/ and manifests/DistributeTrain_Manager.yaml (6 GPUs) on nodes of 5, 3 and 2 GPUs;
 the manager pod (its own ServiceAccount, in-cluster config) plans, creates a worker with 5 GPUs and a chief
-with 1, the chief runs horovodrun over real sshd and Train.py trains with real Horovod + TensorFlow.
+with 1, the chief runs horovodrun over real sshd and Train.py trains with real Horovod + TensorFlow; while it
+does, `kubectl exec` into the chief reads the hostfile it was given.
 The only change to the manifest is a shorter training (DT_COMMAND), which a user may set the same way.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from distributetrain import naming
 from distributetrain.naming import job_selector
 from localcluster.testing import TestCluster, wait_until
 
@@ -52,6 +54,14 @@ def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     worker = wait_until(lambda: pod_json(cluster, f"{JOB}-worker-0"), timeout=120, interval=0.5,
                         what="the worker pod created by the manager")
     assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "5"
+
+    # Debugging it as a user would while it trains: exec into the chief and read the hostfile it was given.
+    wait_until(lambda: (p := pod_json(cluster, f"{JOB}-chief")) and p["status"].get("phase") == "Running",
+               timeout=300, interval=0.5, what="the chief to run")
+    worker_ip = (pod_json(cluster, f"{JOB}-worker-0") or {})["status"]["podIP"]
+    hostfile = cluster.kubectl("exec", f"{JOB}-chief", "--", "cat",
+                               f"{naming.HOSTFILE_MOUNT_PATH}/{naming.HOSTFILE_KEY}")
+    assert (hostfile.returncode, hostfile.stdout) == (0, f"{worker_ip} slots=5\n"), hostfile.stderr
 
     manager = wait_until(
         lambda: (p := pod_json(cluster, "distributetrain-manager"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -48,6 +49,7 @@ from localcluster.targets import Target, parse_target, stored, verb_of
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 
 
 class ApiServer:
@@ -108,6 +110,9 @@ class ApiServer:
                                subresource=attrs.subresource, namespace=attrs.namespace, name=attrs.name)
         self.faults.check(verb, target.resource.plural, target.subresource, target.namespace, target.name)
         self.access.authorize(user, attrs)
+        if target.subresource in CONNECT_SUBRESOURCES and attrs.verb != "create":
+            # a WebSocket upgrade (GET) needs `create` too, as on the real server since 1.31
+            self.access.authorize(user, dataclasses.replace(attrs, verb="create"))
         if verb not in target.resource.verbs and target.subresource is None:
             raise st.method_not_allowed()
         if target.subresource is not None and target.subresource not in ("status",):

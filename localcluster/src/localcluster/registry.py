@@ -44,7 +44,8 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, ("ns",), subresources=("status", "finalize")),
     Resource("", "v1", "nodes", "Node", False, ("no",), subresources=("status",)),
     Resource("", "v1", "pods", "Pod", True, ("po",), categories=("all",),
-             subresources=("status", "log", "binding", "eviction", "ephemeralcontainers")),
+             subresources=("status", "log", "binding", "eviction", "ephemeralcontainers", "exec", "attach",
+                           "portforward")),
     Resource("", "v1", "bindings", "Binding", True, verbs=CREATE_ONLY, stored=False),
     Resource("", "v1", "secrets", "Secret", True),
     Resource("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
@@ -90,6 +91,15 @@ def group_known(group: str, version: str) -> bool:
     return GROUP_VERSIONS.get(group) == version
 
 
+# What discovery says of subresources that are not get/patch/update of the object itself.
+SUBRESOURCE_VERBS = {"log": ["get"], "binding": ["create"], "eviction": ["create"], "token": ["create"],
+                     "finalize": ["update"], "exec": ["create", "get"], "attach": ["create", "get"],
+                     "portforward": ["create", "get"]}
+SUBRESOURCE_KINDS = {"log": "Pod", "binding": "Binding", "eviction": "Eviction", "token": "TokenRequest",
+                     "exec": "PodExecOptions", "attach": "PodAttachOptions",
+                     "portforward": "PodPortForwardOptions"}
+
+
 # ---- discovery documents -----------------------------------------------------------------------------------
 def api_versions(server_address: str) -> dict[str, Any]:
     return {"kind": "APIVersions", "versions": ["v1"],
@@ -124,10 +134,8 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
             entry["categories"] = list(r.categories)
         items.append(entry)
         for sub in r.subresources:
-            verbs = {"log": ["get"], "binding": ["create"], "eviction": ["create"], "token": ["create"],
-                     "finalize": ["update"]}.get(sub, ["get", "patch", "update"])
-            kind = {"log": "Pod", "binding": "Binding", "eviction": "Eviction", "token": "TokenRequest"}.get(
-                sub, r.kind)
+            verbs = SUBRESOURCE_VERBS.get(sub, ["get", "patch", "update"])
+            kind = SUBRESOURCE_KINDS.get(sub, r.kind)
             sub_entry: dict[str, Any] = {"name": f"{r.plural}/{sub}", "singularName": "",
                                          "namespaced": r.namespaced, "kind": kind, "verbs": verbs}
             if sub in ("eviction", "token"):
@@ -158,10 +166,8 @@ def aggregated_discovery(*, legacy: bool) -> dict[str, Any]:
                 entry["categories"] = list(r.categories)
             subs = []
             for sub in r.subresources:
-                verbs = {"log": ["get"], "binding": ["create"], "eviction": ["create"], "token": ["create"],
-                         "finalize": ["update"]}.get(sub, ["get", "patch", "update"])
-                kind = {"log": "Pod", "binding": "Binding", "eviction": "Eviction",
-                        "token": "TokenRequest"}.get(sub, r.kind)
+                verbs = SUBRESOURCE_VERBS.get(sub, ["get", "patch", "update"])
+                kind = SUBRESOURCE_KINDS.get(sub, r.kind)
                 subs.append({"subresource": sub, "responseKind": {"group": "", "version": "", "kind": kind},
                              "verbs": verbs})
             if subs:

@@ -1,6 +1,6 @@
 """Subresources and review resources: pods/log, pods/binding (and bindings), pods/eviction,
 serviceaccounts/token (TokenRequest), SelfSubjectAccessReview, SubjectAccessReview, SelfSubjectRulesReview,
-SelfSubjectReview."""
+SelfSubjectReview; pods/exec, pods/attach and pods/portforward are podconnect.py's."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from localcluster import status as st
 from localcluster.access import Access
 from localcluster.auth import UserInfo
 from localcluster.bodies import MAX_BODY, decode_body, read_object
+from localcluster.podconnect import PodConnect
 from localcluster.registry import BY_KEY
 from localcluster.responses import json_response
 from localcluster.store import Store
@@ -75,6 +76,7 @@ class Subresources:
         self.controllers = controllers
         self.runtime = runtime
         self.tokens = tokens
+        self.connect = PodConnect(store=store, runtime=runtime)
 
     async def handle(self, request: web.Request, target: Target) -> web.StreamResponse:
         sub = target.subresource
@@ -96,6 +98,8 @@ class Subresources:
 
             assert target.name is not None
             return _json(self.store.mutate("namespaces", None, current["metadata"]["name"], change))
+        if sub in ("exec", "attach", "portforward") and request.method in ("GET", "POST"):
+            return await self.connect.handle(request, target)
         if sub == "ephemeralcontainers" and request.method == "GET":
             return _json(stored(self.store, target))
         raise st.method_not_allowed()

@@ -6,6 +6,7 @@ All methods run on the cluster's single asyncio event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,4 +88,51 @@ class PodRuntime(Protocol):
 
     async def shutdown(self) -> None:
         """Stop every pod; remove all the runtime made (processes, namespaces, veths, mounts, files)."""
+        ...
+
+
+class StreamingError(Exception):
+    """An exec, attach or port-forward the runtime cannot serve; the message says why, for the user."""
+
+
+class ExecSession(Protocol):
+    """A command running in a container for `exec` (or a container `attach`ed to), as the API server streams
+    it. Readers return b"" once their stream has ended."""
+
+    async def write_stdin(self, data: bytes) -> None: ...
+
+    async def close_stdin(self) -> None: ...
+
+    async def read_stdout(self) -> bytes: ...
+
+    async def read_stderr(self) -> bytes:
+        """Always b"" with a terminal (its output is all on stdout)."""
+        ...
+
+    def resize(self, width: int, height: int) -> None:
+        """The terminal's new size (ignored without one)."""
+        ...
+
+    async def wait(self) -> int:
+        """The exit code (128+N for signal N)."""
+        ...
+
+    async def kill(self) -> None:
+        """The client went away: end what still runs."""
+        ...
+
+
+class StreamingRuntime(Protocol):
+    """What a runtime offers for `kubectl exec`, `attach`, `cp` and `port-forward` (the process runtime does;
+    the simulated one runs no processes and has none of it). Each raises StreamingError when it cannot."""
+
+    async def exec_in_container(self, namespace: str, name: str, container: str, command: list[str], *,
+                                tty: bool, stdin: bool) -> ExecSession: ...
+
+    async def attach_container(self, namespace: str, name: str, container: str, *,
+                               tty: bool) -> ExecSession: ...
+
+    async def open_pod_port(self, namespace: str, name: str,
+                            port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to localhost:PORT as the pod sees it (inside its network namespace)."""
         ...

@@ -148,7 +148,7 @@ class Launcher:
             "shm_bytes": shm_bytes(m.dest for m in mounts),
             "argv": argv, "env": env,
             "user": {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)} if switch else None,
-            "no_new_privs": user.no_new_privs,
+            "no_new_privs": user.no_new_privs, "stdin": bool(ctr.spec.get("stdin")),
             "reveal": image_directories([os.path.dirname(self.venv_bin)]) if switch and not user.is_root
             else [],
         }

@@ -23,6 +23,7 @@ from typing import Any
 
 from localcluster.errors import InvalidInput
 from localcluster.images import ImageRegistry
+from localcluster.runtime import execsession as ex
 from localcluster.runtime import kubeletevents as ke
 from localcluster.runtime import podstatus as ps
 from localcluster.runtime.base import RuntimeHost
@@ -181,6 +182,22 @@ class ProcessRuntime:
         await self.network.teardown()
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    # ---- exec, attach, port-forward (runtime/execsession.py) ----------------------------------------------
+    async def exec_in_container(self, namespace: str, name: str, container: str, command: list[str], *,
+                                tty: bool, stdin: bool) -> ex.PipeSession | ex.PtySession:
+        run, ctr = ex.locate(self.pods.values(), namespace, name, container)
+        return await ex.start_exec(run, ctr, command, tty=tty, stdin=stdin, python=self.python,
+                                isolated=self.isolate, cgroups=os.geteuid() == 0)
+
+    async def attach_container(self, namespace: str, name: str, container: str, *,
+                               tty: bool) -> ex.AttachSession:
+        return ex.AttachSession(*ex.locate(self.pods.values(), namespace, name, container))
+
+    async def open_pod_port(self, namespace: str, name: str,
+                            port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await ex.open_pod_port(ex.locate(self.pods.values(), namespace, name, None)[0], port,
+                                   netns=self.network.mode == "netns")
+
     # ---- one pod ------------------------------------------------------------------------------------------
     async def _pod_main(self, run: PodRun) -> None:
         try:
@@ -279,7 +296,8 @@ class ProcessRuntime:
         with ctr.log_path.open("ab") as log_file:  # the shim's own errors land in the container's log
             proc = await spawn(
                 "setpriv", "--pdeathsig", "KILL", "--", self.python, "-I", "-S", str(SANDBOX), str(spec_path),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=log_file,
+                stdin=asyncio.subprocess.PIPE if config["stdin"] else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=log_file,
                 start_new_session=True)
         ctr.proc = proc
         await self._event(run, ctr, ke.created(ctr.name))

@@ -268,8 +268,8 @@ def run_child(spec: dict[str, Any], root: str | None, log_fd: int, report_fd: in
         workdir = spec.get("workdir") or "/"
         if root is not None or os.path.isdir(workdir):
             os.chdir(workdir)  # a plain host process keeps the shim's directory: never make one on the host
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
+        if not spec.get("stdin"):  # `stdin: true` keeps the shim's, a pipe attach writes to
+            os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         argv = spec["argv"]
