@@ -24,8 +24,8 @@ localcluster up --nodes 5,3,2 --runtime process --dir "$DIR"
 step "kubectl apply -f rbac/"
 "${KUBECTL[@]}" apply -f rbac/
 
-step "kubectl apply -f manifests/DistributeTrain_Manager.yaml   (6 GPUs)"
-"${KUBECTL[@]}" apply -f manifests/DistributeTrain_Manager.yaml
+step "kubectl apply -f manifests/   (the job pods' template; the manager: 6 GPUs)"
+"${KUBECTL[@]}" apply -f manifests/
 "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Running pod/distributetrain-manager --timeout=120s \
   || "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Succeeded pod/distributetrain-manager --timeout=5s
 
