@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
-import podsecurity
 import pytest
 import yaml
 from manager_support import IMAGE, chief_behavior, leftovers, manager_pod, orchestrator, spec
 
+import podsecurity
 from distributetrain import dryrun
 from distributetrain.errors import CannotPlace, InvalidInput
 from distributetrain.jobspec import ManagerIdentity
@@ -39,11 +39,12 @@ def objects_version(cluster: TestCluster) -> dict[str, str]:
 
 def run_cli(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DT_")}
-    return subprocess.run([CLI, "run", "--kubeconfig", str(cluster.kubeconfig), "--gpus", "6", "--image", IMAGE,
-                           "--job-name", "train", *args], capture_output=True, text=True, timeout=120, env=env)
+    argv = [CLI, "run", "--kubeconfig", str(cluster.kubeconfig), "--gpus", "6", "--image", IMAGE,
+            "--job-name", "train", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
 
 
-# ---- --dry-run ----------------------------------------------------------------------------------------------
+# ---- --dry-run -------------------------------------------------------------------------------------------
 def test_dry_run_shows_every_object_and_creates_nothing(local_cluster: TestCluster) -> None:
     before = objects_version(local_cluster)
     done = run_cli(local_cluster, "--dry-run", "-o", "yaml")
@@ -57,8 +58,10 @@ def test_dry_run_shows_every_object_and_creates_nothing(local_cluster: TestClust
             kubernetes_validate.validate(obj, version, strict=True)
     assert "PRIVATE KEY" not in done.stdout
     assert objects[3]["data"]["hostfile"] == "<pod IP of train-worker-0> slots=5\n"
-    assert objects[2]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"] == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]
+    affinity = objects[2]["spec"]["affinity"]["nodeAffinity"]
+    required = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+    assert required["nodeSelectorTerms"] == [{"matchFields": [pin]}]
     # the manager's log went to stderr: the inventory and the plan
     assert "plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3" in done.stderr
     # nothing was written anywhere in the cluster
@@ -80,7 +83,8 @@ def test_dry_run_refuses_what_a_run_would(local_cluster: TestCluster) -> None:
     unplaceable = run_cli(local_cluster, "--dry-run", "--gpus", "11")
     assert unplaceable.returncode == 3, unplaceable.stderr
     missing = run_cli(local_cluster, "--dry-run", "--volume-claim", "nowhere")
-    assert missing.returncode == 2 and "PersistentVolumeClaim default/nowhere does not exist" in missing.stderr
+    assert missing.returncode == 2
+    assert "PersistentVolumeClaim default/nowhere does not exist" in missing.stderr
 
 
 def test_every_job_pod_passes_pod_security_restricted(local_cluster: TestCluster) -> None:
@@ -100,9 +104,13 @@ def test_every_job_pod_passes_pod_security_restricted(local_cluster: TestCluster
     assert created.returncode == 0, created.stderr
     # and the local scheduler honours the pin by node name
     kube = Kube(local_cluster.api_client())
-    bound = wait_until(lambda: all(p["spec"].get("nodeName") for p in kube.list("pods", "secure")[0])
-                       and {p["metadata"]["name"]: p["spec"]["nodeName"] for p in kube.list("pods", "secure")[0]},
-                       timeout=30, what="the dry run's pods bound")
+    def placed() -> dict[str, str] | None:
+        pods = kube.list("pods", "secure")[0]
+        if not all(p["spec"].get("nodeName") for p in pods):
+            return None
+        return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+
+    bound = wait_until(placed, timeout=30, what="the dry run's pods bound")
     assert bound == {"train-worker-0": "node-1", "train-chief": "node-3"}
 
 
@@ -122,7 +130,8 @@ def test_pods_are_pinned_by_node_name_not_the_hostname_label(local_cluster_facto
 # ---- cpu and memory ---------------------------------------------------------------------------------------
 def hog(kube: Kube, node: str, *, cpu: str, memory: str) -> None:
     """A pod holding cpu and memory on `node` (and no GPU)."""
-    kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"hog-{node}", "namespace": "default"},
+    kube.create({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"hog-{node}", "namespace": "default"},
                  "spec": {"nodeName": node, "restartPolicy": "Never",
                           "tolerations": [{"operator": "Exists"}],
                           "containers": [{"name": "hog", "image": "busybox:1.36",
@@ -138,7 +147,8 @@ def test_a_node_without_room_for_the_pods_memory_is_not_eligible(local_cluster_f
     assert orch.run() == 0
     said = recorder.text
     assert "  node-1  5            0          5     no: worker needs 9Gi memory for 1 GPU, 7Gi free" in said
-    assert "  node-2  3            0          3     yes: 2 of 3: worker needs 6 cpu for 3 GPUs, 4 free" in said
+    assert ("  node-2  3            0          3     yes: 2 of 3: worker needs 6 cpu for 3 GPUs, 4 free"
+            in said)
     assert "plan (attempt 1): 4 GPU(s) as 2 on node-2, 2 on node-3; chief 2 on node-3" in said
     # the local scheduler, with rules of its own, agreed: nothing was left Pending, the job ran
 
@@ -156,7 +166,8 @@ def test_more_than_the_room_is_exit_3_with_the_reasons(local_cluster_factory: Fa
 
 # ---- volume claims and the pod network, before anything is created ----------------------------------------
 def claim(cluster: TestCluster, name: str, *modes: str) -> None:
-    body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+    body = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"},
             "spec": {"accessModes": list(modes), "resources": {"requests": {"storage": "10Gi"}}}}
     applied = cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
     assert applied.returncode == 0, applied.stderr
@@ -178,7 +189,8 @@ def test_a_read_write_once_claim_on_several_nodes_is_refused(local_cluster_facto
     assert "plan (attempt 1): 2 GPU(s) as 2 on node-3" in recorder.text
 
 
-def test_a_missing_claim_is_refused_and_read_only_many_mounts_read_only(local_cluster_factory: Factory) -> None:
+def test_a_missing_claim_is_refused_and_read_only_many_mounts_read_only(
+        local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=None)])
     kube = Kube(cluster.api_client())
     orch, _ = orchestrator(cluster, spec(volume_claim="absent"))
@@ -206,7 +218,7 @@ def test_an_ipv6_only_pod_network_is_refused(local_cluster_factory: Factory) -> 
     assert leftovers(cluster, "train") == {}
 
 
-# ---- the chief's log, resumed by time -----------------------------------------------------------------------
+# ---- the chief's log, resumed by time --------------------------------------------------------------------
 def test_the_chief_log_survives_a_cut_stream_and_a_rotation(local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(behaviors=[chief_behavior(log="", exit_code=None)])
     runtime: Any = cluster.runtime
