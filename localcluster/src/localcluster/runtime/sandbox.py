@@ -31,7 +31,8 @@ CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH, PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 2, 1, 38
-SKIPPED_TOP_MOUNTS = ("/proc", "/sys", "/mnt", "/media")  # /sys is fresh; /mnt, /media stay the host's own
+# /proc, /sys and /run are the container's own (fresh); /mnt, /media stay empty
+SKIPPED_TOP_MOUNTS = ("/proc", "/sys", "/run", "/mnt", "/media")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -215,6 +216,11 @@ def build_root(spec: dict[str, Any]) -> str:
     else:
         mount("/sys", root + "/sys", None, MS_BIND | MS_REC)
     binds.add("/sys")
+    # /run is the container's own, empty and writable, as in an image: a host's /run often holds mounts
+    # (/run/user/UID, /run/netns) that would make it the host's, and /var/run/secrets (-> /run) must be made
+    if os.path.isdir(root + "/run"):
+        mount("tmpfs", root + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+        binds.discard("/run")
     reveal(root, spec.get("reveal") or [], binds)
     if os.path.isdir(root + "/dev/shm"):
         mount("shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=65536k")
