@@ -103,7 +103,9 @@ class PreTraining:
         made = f"Secret {secret} (the job's ssh key pair)"
         if spec.network_policy:
             policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
-            made += f" and NetworkPolicy {policy} (job pods admit only job pods)"
+            beyond = " and " + ", ".join(spec.allow_egress) if spec.allow_egress else ""
+            made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
+                     f"{beyond})")
         self.reporter.say(f"created {made}")
         timings: dict[str, float] = {}
         attempt = 0
