@@ -126,7 +126,8 @@ def run_once(*, epochs: int) -> dict[str, Any]:
         local = [str(BIN / "distributetrain"), "local"]
         _run([*local, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp], env=env)
         try:
-            _run([*kubectl, "apply", "-f", str(ROOT / "rbac")], env=env)
+            _run([*kubectl, "apply", "-f", str(ROOT / "rbac"), "-f",
+                  str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml")], env=env)
             applied = time.time()
             _run([*kubectl, "apply", "-f", "-"], env=env, input=manager_manifest(epochs))
             phase = ""

@@ -29,8 +29,8 @@ step "kubectl apply --server-side -f scripts/demo-namespace.yaml   (the namespac
 step "kubectl apply -f rbac/"
 "${KUBECTL[@]}" apply -f rbac/
 
-step "kubectl apply -f manifests/DistributeTrain_Manager.yaml   (6 GPUs)"
-"${KUBECTL[@]}" apply -f manifests/DistributeTrain_Manager.yaml
+step "kubectl apply -f manifests/   (the job pods' template; the manager: 6 GPUs)"
+"${KUBECTL[@]}" apply -f manifests/
 "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Running pod/distributetrain-manager --timeout=120s \
   || "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Succeeded pod/distributetrain-manager --timeout=5s
 

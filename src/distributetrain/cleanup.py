@@ -1,7 +1,8 @@
 """Cleanup: the one way a job's objects are deleted, and the one guard every entry point runs under.
 
 `delete_job` deletes every object carrying the job's labels (and only those: it selects on
-`app.kubernetes.io/managed-by=distributetrain,distributetrain.io/job=JOB`) and waits until its pods are gone,
+`app.kubernetes.io/managed-by=distributetrain,distributetrain.io/job=JOB`; the Secret, read by its name, must
+carry them too) and waits until its pods are gone,
 so their GPUs are free when it returns. It ends a job that succeeded (posttraining.py, keeping the chief for
 its log), clears an earlier run's leftovers (pretraining.py) and serves `distributetrain delete`.
 
@@ -15,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from distributetrain import naming, signals
 from distributetrain.errors import DistributeTrainError
@@ -29,6 +31,24 @@ JOB_KINDS = ("pods", "networkpolicies", "configmaps", "secrets")
 CLEANUP_WAIT = 90.0
 
 
+def find_job_objects(kube: Kube, *, job: str, namespace: str) -> dict[str, list[dict[str, Any]]]:
+    """Every object of the job by kind, found by its labels. The job's one Secret is read by its name, not
+    listed: `list secrets` would let the manager read every Secret of the namespace; it is taken only if it
+    carries the job's labels (never touch what is not ours)."""
+    selector = naming.job_selector(job)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for kind in JOB_KINDS:
+        if kind == "secrets":
+            secret = kube.get(kind, namespace, naming.ssh_secret_name(job))
+            labels = ((secret or {}).get("metadata") or {}).get("labels") or {}
+            ours = (labels.get(naming.MANAGED_BY_KEY) == naming.MANAGED_BY
+                    and labels.get(naming.JOB_LABEL) == job)
+            found[kind] = [secret] if secret is not None and ours else []
+        else:
+            found[kind] = kube.list(kind, namespace, label_selector=selector)[0]
+    return found
+
+
 def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter | None = None,
                wait: float = CLEANUP_WAIT, clock: Callable[[], float] = time.monotonic) -> int:
     """Delete every object with the job's labels (the chief too unless `keep_chief`) and wait until its pods
@@ -36,8 +56,7 @@ def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, report
     selector = naming.job_selector(job)
     chief_name = naming.chief_name(job)
     deleted = 0
-    for kind in JOB_KINDS:
-        items, _ = kube.list(kind, namespace, label_selector=selector)
+    for kind, items in find_job_objects(kube, job=job, namespace=namespace).items():
         for item in items:
             meta = item.get("metadata") or {}
             if kind == "pods" and keep_chief and meta.get("name") == chief_name:

@@ -6,15 +6,18 @@ ValueError or InvalidInput saying what is wrong and what a good value looks like
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.errors import InvalidInput
+from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import check_label_value, check_qualified_name, is_subdomain
+from distributetrain.quantity import parse_quantity
 
 MIN_GPUS = 1
 # The largest GPU clusters in service hold about 100,000 GPUs; a request above that is a typo, not a plan.
@@ -218,6 +221,42 @@ def parse_interface(value: Any) -> str:
     if not _IFNAME.match(text):
         raise ValueError(f"{text!r} is not a network interface name like eth0")
     return text
+
+
+def parse_amount(value: Any) -> Fraction:
+    """A non-negative Kubernetes quantity (`2`, `500m`, `8Gi`); 0 turns the thing off."""
+    try:
+        amount = parse_quantity(str(value).strip(), what="value")
+    except InvalidQuantity:
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 2, 500m, 8Gi, 0)") from None
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative")
+    return amount
+
+
+def _words(value: Any) -> list[str]:
+    """Repeated option values, or one comma-separated string (a DT_* variable)."""
+    items = [str(i) for i in value] if isinstance(value, list | tuple) else [str(value)]
+    return [w.strip() for item in items for w in item.split(",") if w.strip()]
+
+
+def parse_names(value: Any) -> tuple[str, ...]:
+    """Object names (e.g. imagePullSecrets), repeated or comma-separated; each a DNS subdomain."""
+    names = _words(value)
+    for name in names:
+        parse_subdomain_name(name)
+    return tuple(dict.fromkeys(names))
+
+
+def parse_cidrs(value: Any) -> tuple[str, ...]:
+    """CIDRs (`10.0.0.0/8`, `0.0.0.0/0`), repeated or comma-separated; host bits are cleared."""
+    out = []
+    for word in _words(value):
+        try:
+            out.append(str(ipaddress.ip_network(word, strict=False)))
+        except ValueError:
+            raise ValueError(f"{word!r} is not a CIDR like 10.0.0.0/8 or 0.0.0.0/0") from None
+    return tuple(dict.fromkeys(out))
 
 
 def optional(parse: Parser) -> Parser:

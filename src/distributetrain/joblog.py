@@ -8,10 +8,13 @@ milliseconds, and copies the chief's lines to stdout unchanged.
 
 from __future__ import annotations
 
+import calendar
+import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 from distributetrain import hostfile, podstatus
@@ -55,15 +58,15 @@ def inventory_lines(rows: Sequence[NodeGpus], *, resource: str, limit: int = INV
     """A summary line, then a table of nodes: allocatable, requested, free, eligible (or why not). Clusters
     larger than `limit` nodes show the eligible nodes with the most free GPUs and count the rest."""
     eligible = [r for r in rows if r.eligible]
-    free = sum(r.free for r in eligible)
+    free = sum(r.offered for r in eligible)
     allocatable = sum(r.allocatable for r in rows)
     lines = [f"inventory: {len(rows)} node(s), {len(eligible)} eligible; {free} of {allocatable} "
              f"{resource} free on eligible nodes"]
     shown = list(rows)
     if len(rows) > limit:
-        shown = sorted(eligible, key=lambda r: (-r.free, r.node))[:limit]
+        shown = sorted(eligible, key=lambda r: (-r.offered, r.node))[:limit]
     table = [_HEADER] + [(r.node, str(r.allocatable), str(r.requested), str(r.free),
-                          "yes" if r.eligible else f"no: {r.reason}") for r in shown]
+                          _verdict(r)) for r in shown]
     widths = [max(len(row[i]) for row in table) for i in range(len(_HEADER) - 1)]
     for row in table:
         lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1])
@@ -71,9 +74,16 @@ def inventory_lines(rows: Sequence[NodeGpus], *, resource: str, limit: int = INV
     if hidden:
         hidden_eligible = [r for r in hidden if r.eligible]
         lines.append(f"  ... and {len(hidden)} more node(s): {len(hidden_eligible)} eligible with "
-                     f"{sum(r.free for r in hidden_eligible)} free, {len(hidden) - len(hidden_eligible)} "
+                     f"{sum(r.offered for r in hidden_eligible)} free, {len(hidden) - len(hidden_eligible)} "
                      "not eligible (`distributetrain inventory` lists them all)")
     return lines
+
+
+def _verdict(row: NodeGpus) -> str:
+    """`yes`, `yes: 2 of 5: worker needs 48Gi memory for 3 GPUs, 40Gi free`, or `no: why`."""
+    if not row.eligible:
+        return f"no: {row.reason}"
+    return f"yes: {row.note}" if row.note else "yes"
 
 
 def gpus_text(count: int) -> str:
@@ -98,3 +108,63 @@ def hostfile_text(hosts: Sequence[HostSlots], *, limit: int = HOSTFILE_ENTRIES) 
     lines = hostfile.render(hosts).splitlines()
     text = "; ".join(lines[:limit])
     return text + (f"; ... and {len(hosts) - limit} more" if len(hosts) > limit else "")
+
+
+# ---- the chief's log, followed by time --------------------------------------------------------------------
+_STAMP = re.compile(rb"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+
+
+def split_stamp(line: bytes) -> tuple[int | None, bytes]:
+    """A line of `logs?timestamps=true` as (its time in ns since the epoch, the line); (None, line) when it
+    carries no timestamp."""
+    stamp, space, rest = line.partition(b" ")
+    match = _STAMP.match(stamp)
+    if not space or match is None:
+        return None, line
+    year, month, day, hour, minute, second = (int(match[i]) for i in range(1, 7))
+    nanos = int((match[7] or b"0").ljust(9, b"0"))
+    seconds = calendar.timegm((year, month, day, hour, minute, second))
+    if match[8] != b"Z":
+        sign = 1 if match[8][:1] == b"+" else -1
+        seconds -= sign * (int(match[8][1:3]) * 3600 + int(match[8][4:6]) * 60)
+    return seconds * 10**9 + nanos, rest
+
+
+@dataclass
+class LogCursor:
+    """How far a followed log has been copied, by time, so that a stream that was cut (or a log the kubelet
+    rotated meanwhile) resumes with nothing lost or repeated: ask again from the second of the last line
+    copied (`since_time`: the API passes whole seconds on), then skip the lines before it and as many lines
+    stamped exactly as it as were copied already. A line count would skip new lines after a rotation."""
+
+    last: int | None = None   # ns since the epoch of the last line copied
+    at_last: int = 0          # how many copied lines carried exactly that time
+    _replaying: bool = False  # a resumed stream that has not yet passed what was copied
+    _replayed: int = 0
+
+    def since_time(self) -> str | None:
+        if self.last is None:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last // 10**9))
+
+    def restart(self) -> None:
+        """A new stream begins (from `since_time`): its first lines may have been copied already."""
+        self._replaying, self._replayed = self.last is not None, 0
+
+    def admit(self, stamp: int | None) -> bool:
+        """Whether the next line of the stream, stamped `stamp`, is new (and so to be copied)."""
+        if stamp is None:
+            return True
+        if self._replaying and self.last is not None:
+            if stamp < self.last:
+                return False
+            if stamp == self.last:
+                self._replayed += 1
+                if self._replayed <= self.at_last:
+                    return False
+            self._replaying = False
+        if self.last is None or stamp > self.last:
+            self.last, self.at_last = stamp, 1
+        elif stamp == self.last:
+            self.at_last += 1
+        return True

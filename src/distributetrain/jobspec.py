@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
+from fractions import Fraction
 from typing import Any
 
-from distributetrain import naming
+from distributetrain import naming, podtemplate
 from distributetrain.errors import InvalidInput
 from distributetrain.fieldparsers import (
     PULL_POLICIES,
     Parser,
     optional,
+    parse_amount,
     parse_bool,
     parse_choice,
+    parse_cidrs,
     parse_command,
     parse_duration,
     parse_gpus,
@@ -28,6 +31,7 @@ from distributetrain.fieldparsers import (
     parse_job_name,
     parse_label_key,
     parse_mount_path,
+    parse_names,
     parse_namespace,
     parse_node_selector,
     parse_positive_duration,
@@ -35,10 +39,21 @@ from distributetrain.fieldparsers import (
     parse_subdomain_name,
 )
 from distributetrain.planner import POLICIES
+from distributetrain.podtemplate import PodTemplate
 from distributetrain.tolerations import Toleration, job_tolerations, parse_tolerations
 
 PLACEMENT_POLICIES = tuple(POLICIES)
 DEFAULT_MOUNT_PATH = "/workspace"
+GIB = 2**30
+# Requests per GPU when neither the flags nor the template say: small enough for the smallest GPU nodes
+# (4 vCPU and 16 GiB per GPU, e.g. g4dn.xlarge), never BestEffort. Most GPU nodes offer 8-12 cores and 60+ GiB
+# per GPU: raise them for real input pipelines.
+DEFAULT_CPU_PER_GPU = Fraction(2)
+DEFAULT_MEMORY_PER_GPU = Fraction(8 * GIB)
+# NCCL puts about 10 MB per peer of each rank in /dev/shm on PCIe nodes (NVIDIA/nccl#290): 8 ranks in a pod
+# use about 8 x 7 x 10 MB = 560 MB. 1 GiB covers a pod of 8 GPUs with room to spare.
+DEFAULT_SHM_SIZE = Fraction(GIB)
+MIG_PREFIX = "nvidia.com/mig-"
 
 # Environment variables: one per field, `DT_` + the field name in capitals.
 ENV_PREFIX = "DT_"
@@ -46,6 +61,7 @@ ENV_PREFIX = "DT_"
 ENV_MANAGER_POD_NAME = "DT_MANAGER_POD_NAME"
 ENV_MANAGER_POD_UID = "DT_MANAGER_POD_UID"
 ENV_MANAGER_NAMESPACE = "DT_MANAGER_NAMESPACE"
+ENV_MANAGER_POD_IPS = "DT_MANAGER_POD_IPS"  # status.podIPs: tells an IPv6-only pod network before any pod
 
 
 @dataclass(frozen=True)
@@ -55,13 +71,16 @@ class ManagerIdentity:
     name: str
     uid: str
     namespace: str | None = None
+    pod_ips: tuple[str, ...] = ()
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> ManagerIdentity | None:
         name, uid = env.get(ENV_MANAGER_POD_NAME, ""), env.get(ENV_MANAGER_POD_UID, "")
         if not name or not uid:
             return None
-        return ManagerIdentity(name=name, uid=uid, namespace=env.get(ENV_MANAGER_NAMESPACE) or None)
+        ips = tuple(ip.strip() for ip in env.get(ENV_MANAGER_POD_IPS, "").split(",") if ip.strip())
+        return ManagerIdentity(name=name, uid=uid, namespace=env.get(ENV_MANAGER_NAMESPACE) or None,
+                               pod_ips=ips)
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,29 @@ class JobSpec:
     Env DT_SERVICE_ACCOUNT."""
     image_pull_policy: str | None = None
     """Always, IfNotPresent or Never; None: Kubernetes' default for the tag. Env DT_IMAGE_PULL_POLICY."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (type kubernetes.io/dockerconfigjson) job pods pull their image with, besides the template's.
+    Env DT_IMAGE_PULL_SECRETS, comma-separated."""
+    pod_template: PodTemplate | None = None
+    """A PodTemplateSpec YAML file every job pod starts from (podtemplate.py says what it may set). Env
+    DT_POD_TEMPLATE; the shipped manifest points it at the distributetrain-pod-template ConfigMap."""
+    worker_template: PodTemplate | None = None
+    """The template of worker pods, instead of pod_template. Env DT_WORKER_TEMPLATE."""
+    chief_template: PodTemplate | None = None
+    """The template of the chief, instead of pod_template. Env DT_CHIEF_TEMPLATE."""
+    cpu_per_gpu: Fraction = DEFAULT_CPU_PER_GPU
+    """CPU requested per GPU of a job pod (no CPU limit: throttling slows the input pipeline); 0: none.
+    The template's own cpu, if it names one, wins. Env DT_CPU_PER_GPU."""
+    memory_per_gpu: Fraction = DEFAULT_MEMORY_PER_GPU
+    """Memory per GPU of a job pod, requested and limited alike (plus shm_size); 0: none. The template's own
+    memory, if it names one, wins. Env DT_MEMORY_PER_GPU."""
+    shm_size: Fraction = DEFAULT_SHM_SIZE
+    """Size of the memory-backed /dev/shm of job containers (NCCL's shared-memory transport needs more than
+    a container's 64 MiB); counted in the pod's memory; 0: no such volume. Env DT_SHM_SIZE."""
+    allow_egress: tuple[str, ...] = ()
+    """CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: anywhere), in
+    the job's NetworkPolicy. Env DT_ALLOW_EGRESS, comma-separated."""
+
     @property
     def node_selector_dict(self) -> dict[str, str]:
         return dict(self.node_selector)
@@ -134,6 +176,11 @@ class JobSpec:
     def all_tolerations(self) -> tuple[Toleration, ...]:
         """What job pods tolerate: the GPU resource's own taints, then the user's (tolerations.py)."""
         return job_tolerations(self.resource, self.tolerations)
+
+    def template_for(self, role: str) -> PodTemplate | None:
+        """The pod template of a role (worker or chief): its own, else the shared one, else none."""
+        own = self.worker_template if role == naming.ROLE_WORKER else self.chief_template
+        return own or self.pod_template
 
     @staticmethod
     def from_sources(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
@@ -145,7 +192,8 @@ def env_name(field_name: str) -> str:
     return ENV_PREFIX + field_name.upper()
 
 
-_OPTION_NAMES = {"tolerations": "--toleration", "placement_policy": "--policy"}
+_OPTION_NAMES = {"tolerations": "--toleration", "placement_policy": "--policy",
+                 "image_pull_secrets": "--image-pull-secret"}
 
 
 def option_name(field_name: str) -> str:
@@ -167,6 +215,11 @@ _PARSERS: dict[str, Parser] = {
     "network_interface": optional(parse_interface), "transport": parse_choice(naming.TRANSPORTS),
     "network_policy": parse_bool, "service_account": optional(parse_subdomain_name),
     "image_pull_policy": optional(parse_choice(PULL_POLICIES)),
+    "image_pull_secrets": parse_names,
+    "pod_template": optional(podtemplate.load), "worker_template": optional(podtemplate.load),
+    "chief_template": optional(podtemplate.load),
+    "cpu_per_gpu": parse_amount, "memory_per_gpu": parse_amount, "shm_size": parse_amount,
+    "allow_egress": parse_cidrs,
 }
 
 
@@ -190,6 +243,37 @@ def _build(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
     if values.get("volume_claim") is None and "mount_path" in values and (
             args.get("mount_path") is not None or env_name("mount_path") in env):
         problems.append("mount_path: given without volume_claim; set --volume-claim to the claim to mount")
+    if not problems:
+        problems += _cross_checks(JobSpec(**values), sources={
+            name: (option_name(name) if args.get(name) is not None else env_name(name))
+            for name in ("pod_template", "worker_template", "chief_template")})
     if problems:
         raise InvalidInput("invalid request, nothing was created:\n  " + "\n  ".join(problems))
     return JobSpec(**values)
+
+
+def _cross_checks(spec: JobSpec, *, sources: Mapping[str, str]) -> list[str]:
+    """Problems of fields together: templates against the request, MIG, a job whose pods would be
+    BestEffort."""
+    problems = []
+    for name in ("pod_template", "worker_template", "chief_template"):
+        template = getattr(spec, name)
+        if template is None:
+            continue
+        for problem in podtemplate.conflicts(
+                template, resource=spec.resource, node_selector=spec.node_selector_dict,
+                mount_path=spec.mount_path if spec.volume_claim else None,
+                shm_bytes=int(spec.shm_size) if spec.memory_per_gpu else 0):
+            problems.append(f"{name} ({sources[name]} {template.source}): {problem}")
+    if spec.resource.startswith(MIG_PREFIX) and spec.gpus > 1:
+        problems.append(f"resource ({spec.resource}): MIG devices suit 1-GPU jobs only: a process sees one "
+                        "MIG device, and NCCL, which the base image's Horovod reduces GPU tensors with, "
+                        "cannot use MIG (NVIDIA/nccl#1716); ask for whole GPUs (nvidia.com/gpu), or --gpus 1")
+    for role in (naming.ROLE_WORKER, naming.ROLE_CHIEF):
+        if not spec.cpu_per_gpu and not spec.memory_per_gpu and not podtemplate.names_resources(
+                spec.template_for(role), "cpu", "memory"):
+            problems.append(f"cpu_per_gpu, memory_per_gpu: both 0 and the {role} template names no cpu or "
+                            "memory: the pods would be BestEffort, the first evicted under pressure; give "
+                            "--cpu-per-gpu or --memory-per-gpu, or resources in the template")
+            break
+    return problems

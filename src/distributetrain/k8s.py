@@ -211,10 +211,13 @@ class Kube:
         finally:
             _close(response)
 
-    def follow_log(self, namespace: str, name: str, container: str) -> Iterator[bytes]:
-        """The container's log lines (without newline) as they are written, until the container ends."""
-        response = self.send(k8srequests.log_request(namespace, name, container, follow=True),
-                             timeout=(self._timeout()[0], LOG_READ_TIMEOUT))
+    def follow_log(self, namespace: str, name: str, container: str, *, timestamps: bool = False,
+                   since_time: str | None = None) -> Iterator[bytes]:
+        """The container's log lines (without newline) as they are written, until the container ends; with
+        `timestamps`, each starts with its time and a space; `since_time`: from that second on."""
+        request = k8srequests.log_request(namespace, name, container, follow=True, timestamps=timestamps,
+                                          since_time=since_time)
+        response = self.send(request, timeout=(self._timeout()[0], LOG_READ_TIMEOUT))
         try:
             yield from _lines(response)
         finally:

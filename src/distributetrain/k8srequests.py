@@ -33,6 +33,7 @@ RESOURCES: dict[str, Resource] = {
     "secrets": Resource("/api/v1", "secrets"),
     "configmaps": Resource("/api/v1", "configmaps"),
     "networkpolicies": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
@@ -124,9 +125,13 @@ def watch_request(resource: str, namespace: str | None, *, resource_version: str
 
 
 def log_request(namespace: str, name: str, container: str, *, follow: bool = False,
-                tail_lines: int | None = None) -> Request:
+                tail_lines: int | None = None, timestamps: bool = False,
+                since_time: str | None = None) -> Request:
+    """A container's log; `timestamps` prefixes each line with its RFC3339Nano time, `since_time`
+    (RFC3339, whole seconds: what the API server passes on) starts at the first line at or after it."""
     return Request("log", "GET", path("pods", namespace, name, "log"), f"logs {namespace}/{name}", _query(
-        container=container, follow=follow or None, tailLines=tail_lines))
+        container=container, follow=follow or None, tailLines=tail_lines, timestamps=timestamps or None,
+        sinceTime=since_time))
 
 
 # ---- answers -------------------------------------------------------------------------------------------

@@ -182,6 +182,13 @@ def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
         raise InvalidInput(f"{key}: {raw!r} is not an integer") from err
 
 
+def own_ip(env: Mapping[str, str]) -> str:
+    """This pod's IPv4 address: from DT_POD_IPS (status.podIPs, comma-separated) when it holds one, since a
+    dual-stack cluster's status.podIP may be IPv6, which Horovod cannot use; else DT_POD_IP."""
+    ips = [ip.strip() for ip in env.get(naming.ENV_POD_IPS, "").split(",") if ip.strip()]
+    return next((ip for ip in ips if ":" not in ip), env.get(naming.ENV_POD_IP, ""))
+
+
 def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Arguments first, then the environment the chief pod is given, then defaults."""
     installed_key = Path(env.get("HOME") or "/root") / ".ssh" / naming.SSH_PRIVATE_KEY
@@ -196,7 +203,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         help="the job's private key, as installed by the entrypoint (mode 0600)")
     parser.add_argument("--ssh-port", type=int,
                         default=_env_int(env, naming.ENV_SSH_PORT, naming.DEFAULT_SSH_PORT))
-    parser.add_argument("--pod-ip", default=env.get(naming.ENV_POD_IP, ""), help="this pod's IP")
+    parser.add_argument("--pod-ip", default=own_ip(env), help="this pod's IP")
     parser.add_argument("--slots", type=int, default=_env_int(env, naming.ENV_SLOTS, 1),
                         help="Horovod processes in this pod (its GPU share)")
     parser.add_argument("--num-processes", type=int,

@@ -1,31 +1,38 @@
 """Builders of every object a job creates: plain dicts as the API takes them. No I/O here.
 
-The contract with the base image (base-image/) is the entrypoint, its two modes and the DT_* environment
-variables, all named in naming.py: a worker runs sshd on the job's port, the chief runs the launcher.
+The contract with the base image (base-image/) is the entrypoint, its two modes, its non-root account and the
+DT_* environment variables, all named in naming.py: a worker runs sshd on the job's port, the chief runs the
+launcher. Job pods start from the user's pod template (podtemplate.py lays the manager's parts on it), run as
+the image's non-root user with no capability and no privilege escalation (Pod Security "restricted"), request
+cpu and memory per GPU (never BestEffort) and get a memory-backed /dev/shm.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import math
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
-from distributetrain import hostfile, naming
+from distributetrain import hostfile, naming, podtemplate
+from distributetrain.inventory import PodDemand
 from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.planner import Entry
+from distributetrain.podrequests import pod_requests
+from distributetrain.quantity import format_quantity
 from distributetrain.sshkeys import KeyPair
+from distributetrain.tolerations import parse_tolerations
 
-SSH_VOLUME = "ssh"
-HOSTFILE_VOLUME = "hostfile"
-WORK_VOLUME = "work"
-
-# sshd starts as root and drops to its privilege-separation user: it needs to change uid/gid, chroot into
-# /run/sshd, chown the session's files, signal its children and write audit records. Nothing else.
-SSHD_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "KILL", "SETGID", "SETUID", "SYS_CHROOT")
-SSH_FILE_MODE = 0o400  # sshd's StrictModes and ssh's key check both refuse group- or world-readable files
+# Mounted read-only, owned by root and the pods' fsGroup: the non-root user reads the keys through the group
+# and the entrypoint copies them to 0600 files it owns (ssh and sshd refuse group-readable keys).
+SSH_FILE_MODE = 0o440
 HOSTFILE_FILE_MODE = 0o444
 GRACE_SECONDS = 10
+# where a namespace's DNS runs (kube-dns, or CoreDNS under that label, on most clusters)
+DNS_NAMESPACE = "kube-system"
+DNS_POD_LABELS = {"k8s-app": "kube-dns"}
 
 
 def _b64(data: bytes | str) -> str:
@@ -57,12 +64,41 @@ def ssh_secret(spec: JobSpec, keys: KeyPair, *, owner: ManagerIdentity | None) -
     """The job's key pair and authorized_keys. Type Opaque, not kubernetes.io/ssh-auth: that type insists on a
     key named `ssh-privatekey`, which would need an items remap on every mount to become the file name ssh
     looks for; with Opaque the key names are the file names. Immutable: it never changes during a job."""
+    secret = ssh_secret_shape(spec, owner=owner)
+    secret["data"] = {naming.SSH_PRIVATE_KEY: _b64(keys.private_openssh()),
+                      naming.SSH_PUBLIC_KEY: _b64(keys.public + "\n"),
+                      naming.SSH_AUTHORIZED_KEYS: _b64(keys.authorized_keys())}
+    return secret
+
+
+PLACEHOLDER_KEY = "(made by the manager when the job starts; never shown)"
+
+
+def placeholder_secret(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
+    """The job's Secret as a dry run shows it: its keys, with a placeholder instead of key material."""
+    secret = ssh_secret_shape(spec, owner=owner)
+    secret["data"] = {key: _b64(PLACEHOLDER_KEY) for key in secret["data"]}
+    return secret
+
+
+def ssh_secret_shape(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
         "metadata": metadata(spec, naming.ssh_secret_name(spec.job_name), naming.ROLE_SSH, owner),
-        "data": {naming.SSH_PRIVATE_KEY: _b64(keys.private_openssh()),
-                 naming.SSH_PUBLIC_KEY: _b64(keys.public + "\n"),
-                 naming.SSH_AUTHORIZED_KEYS: _b64(keys.authorized_keys())},
+        "data": dict.fromkeys((naming.SSH_PRIVATE_KEY, naming.SSH_PUBLIC_KEY, naming.SSH_AUTHORIZED_KEYS),
+                              ""),
+    }
+
+
+def placeholder_hostfile(spec: JobSpec, workers: Iterable[tuple[str, int]], *,
+                         owner: ManagerIdentity | None) -> dict[str, Any]:
+    """The hostfile ConfigMap as a dry run shows it: each worker's pod IP is known only once it runs."""
+    lines = "".join(f"<pod IP of {name}> slots={slots}\n" for name, slots in workers)
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
+        "metadata": metadata(spec, naming.hostfile_configmap_name(spec.job_name), naming.ROLE_HOSTFILE,
+                             owner),
+        "data": {naming.HOSTFILE_KEY: lines},
     }
 
 
@@ -78,55 +114,109 @@ def hostfile_configmap(spec: JobSpec, workers: Iterable[hostfile.HostSlots], *,
 
 
 def network_policy(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
-    """Admit traffic to the job's pods only from the job's pods (as Volcano's svc plugin does). Every port:
-    besides ssh, Horovod's Gloo and MPI pick their ports at run time."""
+    """Admit traffic to the job's pods only from the job's pods (as Volcano's svc plugin does), and let them
+    reach each other, DNS and the --allow-egress CIDRs, so a namespace's default-deny egress policy does not
+    cut the job. Every port between job pods: besides ssh, Horovod's Gloo and MPI pick theirs at run time."""
     job_pods = {"matchLabels": {naming.MANAGED_BY_KEY: naming.MANAGED_BY, naming.JOB_LABEL: spec.job_name}}
+    dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": DNS_NAMESPACE}},
+           "podSelector": {"matchLabels": dict(DNS_POD_LABELS)}}
+    egress: list[dict[str, Any]] = [
+        {"to": [{"podSelector": job_pods}]},
+        {"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
+    if spec.allow_egress:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.allow_egress]})
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": metadata(spec, naming.network_policy_name(spec.job_name), naming.ROLE_NETWORK, owner),
-        "spec": {"podSelector": job_pods, "policyTypes": ["Ingress"],
-                 "ingress": [{"from": [{"podSelector": job_pods}]}]},
+        "spec": {"podSelector": job_pods, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [{"from": [{"podSelector": job_pods}]}], "egress": egress},
     }
 
 
-def _container(spec: JobSpec, name: str, entry: Entry, args: list[str], env: list[dict[str, Any]],
-               mounts: list[dict[str, Any]], capabilities: dict[str, Any]) -> dict[str, Any]:
-    share = {spec.resource: str(entry.gpus)}
-    container: dict[str, Any] = {
-        "name": name, "image": spec.image, "command": [naming.ENTRYPOINT_PATH], "args": args, "env": env,
-        "resources": {"requests": dict(share), "limits": dict(share)},
-        "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": capabilities},
-    }
-    if spec.image_pull_policy:
-        container["imagePullPolicy"] = spec.image_pull_policy
-    return container
+def memory_text(amount: Fraction) -> str:
+    """Bytes as the largest binary unit that divides them exactly (`41Gi`, `1536Mi`)."""
+    value = int(amount)
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value and value % size == 0:
+            return f"{value // size}{unit}"
+    return str(value)
 
 
-def _mounts_and_volumes(spec: JobSpec, *, with_hostfile: bool) -> tuple[list[dict[str, Any]],
-                                                                         list[dict[str, Any]]]:
+def _default_resources(spec: JobSpec, gpus: int) -> dict[str, Any]:
+    """cpu and memory for a pod of `gpus` GPUs: cpu requested, not limited (a limit throttles the input
+    pipeline); memory requested = limited, /dev/shm included (a memory-backed emptyDir counts against the
+    container's limit): the scheduler reserves what the pod may use, the kubelet never evicts it for using
+    what it asked for, and a LimitRange's default limit does not apply."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.cpu_per_gpu:
+        requests["cpu"] = format_quantity(spec.cpu_per_gpu * gpus)
+    if spec.memory_per_gpu:
+        requests["memory"] = limits["memory"] = memory_text(spec.memory_per_gpu * gpus + spec.shm_size)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _mounts_and_volumes(spec: JobSpec, *, with_hostfile: bool, read_only_claim: bool = False
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     mounts: list[dict[str, Any]] = [
-        {"name": SSH_VOLUME, "mountPath": naming.SSH_MOUNT_PATH, "readOnly": True}]
-    volumes: list[dict[str, Any]] = [{"name": SSH_VOLUME, "secret": {
+        {"name": naming.SSH_VOLUME, "mountPath": naming.SSH_MOUNT_PATH, "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": naming.SSH_VOLUME, "secret": {
         "secretName": naming.ssh_secret_name(spec.job_name), "defaultMode": SSH_FILE_MODE}}]
     if with_hostfile:
-        mounts.append({"name": HOSTFILE_VOLUME, "mountPath": naming.HOSTFILE_MOUNT_PATH, "readOnly": True})
-        volumes.append({"name": HOSTFILE_VOLUME, "configMap": {
+        mounts.append({"name": naming.HOSTFILE_VOLUME, "mountPath": naming.HOSTFILE_MOUNT_PATH,
+                       "readOnly": True})
+        volumes.append({"name": naming.HOSTFILE_VOLUME, "configMap": {
             "name": naming.hostfile_configmap_name(spec.job_name), "defaultMode": HOSTFILE_FILE_MODE}})
+    if spec.shm_size:
+        mounts.append({"name": naming.SHM_VOLUME, "mountPath": naming.SHM_MOUNT_PATH})
+        volumes.append({"name": naming.SHM_VOLUME, "emptyDir": {"medium": "Memory",
+                                                                "sizeLimit": memory_text(spec.shm_size)}})
     if spec.volume_claim:
-        mounts.append({"name": WORK_VOLUME, "mountPath": spec.mount_path})
-        volumes.append({"name": WORK_VOLUME, "persistentVolumeClaim": {"claimName": spec.volume_claim}})
+        claim: dict[str, Any] = {"claimName": spec.volume_claim}
+        mount: dict[str, Any] = {"name": naming.WORK_VOLUME, "mountPath": spec.mount_path}
+        if read_only_claim:  # a ReadOnlyMany claim mounts read-only or not at all
+            claim["readOnly"] = mount["readOnly"] = True
+        mounts.append(mount)
+        volumes.append({"name": naming.WORK_VOLUME, "persistentVolumeClaim": claim})
     return mounts, volumes
 
 
 def pinned_to(node: str) -> dict[str, Any]:
-    """Required node affinity on the node's hostname label: the pod goes there or nowhere."""
-    term = {"matchExpressions": [{"key": naming.HOSTNAME_LABEL, "operator": "In", "values": [node]}]}
+    """Required node affinity on the node's name (matchFields metadata.name, as the DaemonSet controller
+    pins its pods): the pod goes there or nowhere. Not the hostname label, which may differ from the name."""
+    term = {"matchFields": [{"key": naming.NODE_NAME_FIELD, "operator": "In", "values": [node]}]}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
+    """What the pod template may override: see podtemplate.py."""
+    pod_spec: dict[str, Any] = {
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        # the base image's non-root account; fsGroup makes the mounted Secret readable to it
+        "securityContext": {"runAsNonRoot": True, "runAsUser": naming.IMAGE_UID,
+                            "runAsGroup": naming.IMAGE_GID, "fsGroup": naming.IMAGE_GID,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"resources": _default_resources(spec, gpus), "securityContext": {
+            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+    }
+    if not spec.service_account:
+        pod_spec["automountServiceAccountToken"] = False  # job pods never talk to the API
+    return {"metadata": {"annotations": dict(naming.DEFAULT_POD_ANNOTATIONS)}, "spec": pod_spec}
 
 
 def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str, Any],
          volumes: list[dict[str, Any]], owner: ManagerIdentity | None) -> dict[str, Any]:
+    share = {spec.resource: str(entry.gpus)}
+    container = {**container, "image": spec.image, "command": [naming.ENTRYPOINT_PATH],
+                 "resources": {"requests": dict(share), "limits": dict(share)}}
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # pinned to the planned node: the plan counted that node's free GPUs for this pod
@@ -134,22 +224,19 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
         "tolerations": [t.to_dict() for t in spec.all_tolerations()],
         "containers": [container],
         "volumes": volumes,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": GRACE_SECONDS,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
     }
     if spec.node_selector:
         pod_spec["nodeSelector"] = spec.node_selector_dict
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
-    else:
-        pod_spec["automountServiceAccountToken"] = False  # job pods never talk to the API
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": secret} for secret in spec.image_pull_secrets]
     if spec.active_deadline is not None:
         # a safety net should the manager die without its ownerReference (laptop runs): the kubelet ends it
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.active_deadline))
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": metadata(spec, name, role, owner, {naming.GPUS_ANNOTATION: str(entry.gpus)}),
-            "spec": pod_spec}
+    owned = {"metadata": metadata(spec, name, role, owner, {naming.GPUS_ANNOTATION: str(entry.gpus)}),
+             "spec": pod_spec}
+    return podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
 
 
 def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
@@ -158,31 +245,63 @@ def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
             {"name": naming.ENV_SSH_DIR, "value": naming.SSH_MOUNT_PATH}]
 
 
-def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentity | None) -> dict[str, Any]:
-    """Worker `index`: sshd on the job's port, ready once the port accepts connections."""
-    mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False)
-    container = _container(spec, naming.WORKER_CONTAINER, entry, [naming.ENTRYPOINT_WORKER],
-                           _common_env(spec), mounts, {"drop": ["ALL"], "add": list(SSHD_CAPABILITIES)})
-    container["ports"] = [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}]
-    container["readinessProbe"] = {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
-                                   "timeoutSeconds": 1, "failureThreshold": 3}
+def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentity | None,
+               read_only_claim: bool = False) -> dict[str, Any]:
+    """Worker `index`: sshd on the job's port, ready once the port accepts connections. `read_only_claim`:
+    the volume claim is ReadOnlyMany."""
+    mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False, read_only_claim=read_only_claim)
+    container = {"name": naming.WORKER_CONTAINER, "args": [naming.ENTRYPOINT_WORKER],
+                 "env": _common_env(spec), "volumeMounts": mounts,
+                 "ports": [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}],
+                 "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
+                                    "timeoutSeconds": 1, "failureThreshold": 3}}
     return _pod(spec, naming.worker_name(spec.job_name, index), naming.ROLE_WORKER, entry, container, volumes,
                 owner)
 
 
-def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None) -> dict[str, Any]:
+def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
+              read_only_claim: bool = False) -> dict[str, Any]:
     """The chief: the launcher, which checks every worker's sshd, then runs horovodrun over all of them and
     itself, and exits with the training's exit code. `args` after `--` is the user's command."""
-    mounts, volumes = _mounts_and_volumes(spec, with_hostfile=True)
+    mounts, volumes = _mounts_and_volumes(spec, with_hostfile=True, read_only_claim=read_only_claim)
     env = [*_common_env(spec),
            {"name": naming.ENV_HOSTFILE, "value": f"{naming.HOSTFILE_MOUNT_PATH}/{naming.HOSTFILE_KEY}"},
            {"name": naming.ENV_NUM_PROCESSES, "value": str(spec.gpus)},
            {"name": naming.ENV_SLOTS, "value": str(entry.gpus)},
            {"name": naming.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+           {"name": naming.ENV_POD_IPS, "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
            {"name": naming.ENV_TRANSPORT, "value": spec.transport},
            {"name": naming.ENV_SSH_TIMEOUT, "value": f"{spec.ssh_timeout:g}"}]
     if spec.network_interface:
         env.append({"name": naming.ENV_NETWORK_INTERFACE, "value": spec.network_interface})
-    args = [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command]
-    container = _container(spec, naming.CHIEF_CONTAINER, entry, args, env, mounts, {"drop": ["ALL"]})
+    container = {"name": naming.CHIEF_CONTAINER, "args": [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command],
+                 "env": env, "volumeMounts": mounts}
     return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner)
+
+
+def pod_demand(spec: JobSpec, role: str) -> PodDemand:
+    """What a job pod of `role` asks of a node besides its GPUs, for the inventory: its tolerations, node
+    selector and required node affinity (the request's and the template's), and its requests for g GPUs, read
+    from the very pod that would be created (sidecars, init containers, /dev/shm and all)."""
+    probe = _build(spec, role, 1)["spec"]
+    template = spec.template_for(role)
+    # the template's own terms: the pod's also carry the pin, which names the one node it was planned for
+    user_terms = tuple((((template.spec.get("affinity") or {}).get("nodeAffinity") or {})
+                        .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+                       or ()) if template else ()
+
+    @functools.lru_cache(maxsize=64)
+    def requests(gpus: int) -> Mapping[str, Fraction]:
+        amounts = pod_requests(_build(spec, role, gpus))
+        return {name: amount for name, amount in amounts.items() if name != spec.resource}
+
+    return PodDemand(role=role, tolerations=parse_tolerations(list(probe.get("tolerations") or [])),
+                     node_selector=dict(probe.get("nodeSelector") or {}), node_affinity=user_terms,
+                     requests=requests)
+
+
+def _build(spec: JobSpec, role: str, gpus: int) -> dict[str, Any]:
+    entry = Entry("", gpus)
+    if role == naming.ROLE_WORKER:
+        return worker_pod(spec, index=0, entry=entry, owner=None)
+    return chief_pod(spec, entry=entry, owner=None)

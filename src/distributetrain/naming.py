@@ -26,11 +26,15 @@ DEFAULT_JOB_NAME = "distributetrain"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_SSH_PORT = 2222
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+# the field a node is pinned by (matchFields), as the DaemonSet controller does: the hostname label may differ
+# from the node's name (EKS with custom DHCP domains, kubelets run with --hostname-override)
+NODE_NAME_FIELD = "metadata.name"
 
 # inside every job pod
 SSH_MOUNT_PATH = "/etc/distributetrain/ssh"      # the Secret: id_ed25519, id_ed25519.pub, authorized_keys
 HOSTFILE_MOUNT_PATH = "/etc/distributetrain/hostfile"  # the ConfigMap: the workers' `IP slots=N` lines
 HOSTFILE_KEY = "hostfile"
+SHM_MOUNT_PATH = "/dev/shm"  # a memory-backed emptyDir: the container runtime's default is 64 MiB
 SSH_PRIVATE_KEY = "id_ed25519"
 SSH_PUBLIC_KEY = "id_ed25519.pub"
 SSH_AUTHORIZED_KEYS = "authorized_keys"
@@ -38,6 +42,16 @@ SSH_AUTHORIZED_KEYS = "authorized_keys"
 # the containers of the job's pods, by the name `kubectl logs -c` takes
 WORKER_CONTAINER = "worker"
 CHIEF_CONTAINER = "launcher"
+# the volumes the manager adds to every job pod; a pod template may not use these names
+SSH_VOLUME = "ssh"
+HOSTFILE_VOLUME = "hostfile"
+WORK_VOLUME = "work"
+SHM_VOLUME = "dshm"
+MANAGED_VOLUMES = (SSH_VOLUME, HOSTFILE_VOLUME, WORK_VOLUME, SHM_VOLUME)
+
+# What job pods carry unless their pod template says otherwise: no service-mesh sidecar (an injected proxy
+# keeps the chief Running after training, and strict mTLS blocks the raw TCP of sshd and Gloo).
+DEFAULT_POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -106,6 +120,11 @@ def job_selector(job: str) -> str:
 ENTRYPOINT_PATH = "/usr/local/bin/distributetrain-entrypoint"
 IMAGE_HOME = "/opt/distributetrain"
 TRAIN_SCRIPT_PATH = "/opt/distributetrain/Train.py"
+# The base image's non-root account (base-image/Dockerfile creates it): job pods run as it, so they pass
+# Pod Security "restricted". Numeric, so runAsNonRoot can be checked; above 10000, clear of host accounts.
+IMAGE_USER = "trainer"
+IMAGE_UID = 10001
+IMAGE_GID = 10001
 ENTRYPOINT_WORKER = "worker"      # sshd -D -e, key-only, the job key from the Secret
 ENTRYPOINT_LAUNCHER = "launcher"  # python -m distributetrain.launcher [-- COMMAND...]
 # What the chief runs on every rank when the request names no command: the base image's training script.
@@ -117,6 +136,7 @@ TRANSPORTS = ("gloo", "mpi")
 ENV_SSH_DIR = "DT_SSH_DIR"          # the mounted Secret; default SSH_MOUNT_PATH
 ENV_SSH_PORT = "DT_SSH_PORT"        # sshd's port in workers, horovodrun -p in the chief
 ENV_POD_IP = "DT_POD_IP"            # chief: downward API fieldRef status.podIP
+ENV_POD_IPS = "DT_POD_IPS"          # chief: downward API status.podIPs (dual-stack: the IPv4 one is used)
 ENV_SLOTS = "DT_SLOTS"              # chief: its own GPU share = its Horovod processes
 ENV_NUM_PROCESSES = "DT_NUM_PROCESSES"  # chief: the job's processes in total, checked against the hostfile
 ENV_TRANSPORT = "DT_TRANSPORT"      # chief: gloo (default) or mpi

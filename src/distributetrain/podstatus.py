@@ -31,7 +31,10 @@ def planned_node(pod: Pod) -> str | None:
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or []
     for term in terms:
-        for expression in term.get("matchExpressions") or []:
+        for expression in term.get("matchFields") or []:
+            if expression.get("key") == naming.NODE_NAME_FIELD and expression.get("values"):
+                return str(expression["values"][0])
+        for expression in term.get("matchExpressions") or []:  # pods of earlier versions
             if expression.get("key") == naming.HOSTNAME_LABEL and expression.get("values"):
                 return str(expression["values"][0])
     return None
@@ -48,6 +51,15 @@ def role(pod: Pod) -> str:
 
 def pod_ip(pod: Pod) -> str | None:
     return (pod.get("status") or {}).get("podIP") or None
+
+
+def pod_ipv4(pod: Pod) -> str | None:
+    """The pod's IPv4 address (Horovod's is IPv4-only): on a dual-stack cluster whose first family is IPv6,
+    status.podIP is the IPv6 one and the IPv4 one is among status.podIPs. None when it has none."""
+    status = pod.get("status") or {}
+    candidates = [str(entry.get("ip") or "") for entry in status.get("podIPs") or []]
+    candidates.append(str(status.get("podIP") or ""))
+    return next((ip for ip in candidates if ip and ":" not in ip), None)
 
 
 def _condition(pod: Pod, kind: str) -> Mapping[str, Any] | None:

@@ -42,7 +42,8 @@ RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
 
 
 class LogFollower(threading.Thread):
-    """Copies the chief's log into the manager's, resuming after a cut stream without repeating a line."""
+    """Copies the chief's log into the manager's, resuming after a cut stream by time (joblog.LogCursor):
+    nothing lost or repeated, even if the kubelet rotated the log meanwhile."""
 
     def __init__(self, kube: Kube, namespace: str, pod: str, sink: Callable[[bytes], None]) -> None:
         super().__init__(name=f"log-{pod}", daemon=True)
@@ -60,11 +61,15 @@ class LogFollower(threading.Thread):
         while not self.started.wait(0.5):
             if self.stop.is_set():
                 return
+        cursor = joblog.LogCursor()
         while not self.stop.is_set():
             try:
-                stream = self.kube.follow_log(self.namespace, self.pod, naming.CHIEF_CONTAINER)
-                for number, line in enumerate(stream):
-                    if number >= self.lines:
+                stream = self.kube.follow_log(self.namespace, self.pod, naming.CHIEF_CONTAINER,
+                                              timestamps=True, since_time=cursor.since_time())
+                cursor.restart()
+                for stamped in stream:
+                    stamp, line = joblog.split_stamp(stamped)
+                    if cursor.admit(stamp):
                         self.sink(line)
                         self.tail.append(line)
                         self.lines += 1

@@ -28,6 +28,7 @@ from distributetrain import (
     naming,
     planner,
     podstatus,
+    preflight,
     sshkeys,
 )
 from distributetrain.errors import (
@@ -84,6 +85,10 @@ class PreTraining:
         # when the active deadline passes (monotonic), None without one; PostTraining keeps to it as well
         self.deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
         self.touched = False  # whether this run created or adopted anything (and may therefore clean up)
+        # what a worker and the chief ask of a node besides GPUs (the template, cpu, memory, /dev/shm)
+        self.demands = (manifests.pod_demand(spec, naming.ROLE_WORKER),
+                        manifests.pod_demand(spec, naming.ROLE_CHIEF))
+        self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
 
     def run(self) -> StartedJob:
         """The phase: adopt, or plan and create the gang and the chief; return what runs."""
@@ -91,22 +96,25 @@ class PreTraining:
         adopted = self._adopt_or_clean()
         if adopted is not None:
             return adopted
-        plan = self._plan(attempt=0)
+        plan = self.plan(attempt=0)
         keys = sshkeys.generate(f"{spec.job_name}@distributetrain")
         self.touched = True
         secret = self._create(manifests.ssh_secret(spec, keys, owner=self.owner))["metadata"]["name"]
         made = f"Secret {secret} (the job's ssh key pair)"
         if spec.network_policy:
             policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
-            made += f" and NetworkPolicy {policy} (job pods admit only job pods)"
+            beyond = " and " + ", ".join(spec.allow_egress) if spec.allow_egress else ""
+            made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
+                     f"{beyond})")
         self.reporter.say(f"created {made}")
         timings: dict[str, float] = {}
         attempt = 0
         while True:
             names = []
             for index, entry in enumerate(plan.workers):
-                names.append(self._create(manifests.worker_pod(spec, index=index, entry=entry,
-                                                               owner=self.owner))["metadata"]["name"])
+                names.append(self._create(manifests.worker_pod(
+                    spec, index=index, entry=entry, owner=self.owner,
+                    read_only_claim=self.read_only_claim))["metadata"]["name"])
                 self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
                                   f"{joblog.gpus_text(entry.gpus)}")
             created_at = self._clock()
@@ -118,11 +126,13 @@ class PreTraining:
                 if names:
                     self.reporter.say(f"{len(names)} worker(s) Running and Ready "
                                       f"{self._clock() - created_at:.2f}s after their creation")
-                hosts = [HostSlots(str(podstatus.pod_ip(ready[n])), podstatus.gpus(ready[n])) for n in names]
+                hosts = [HostSlots(str(podstatus.pod_ipv4(ready[n])), podstatus.gpus(ready[n]))
+                         for n in names]
                 hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
                 self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
-                chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner))
+                chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner,
+                                                         read_only_claim=self.read_only_claim))
                 timings["chief_created"] = self._clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
                                   f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
@@ -150,25 +160,36 @@ class PreTraining:
             self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
             self._sleep(pause)
             attempt += 1
-            plan = self._plan(attempt=attempt)
+            plan = self.plan(attempt=attempt)
         chief_name = created[-1]
         return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
                         chief=chief_name, attempts=attempt + 1, timings=timings)
 
-    def _plan(self, *, attempt: int) -> planner.Plan:
-        """Inventory the live cluster and plan; with --wait-for-gpus, wait for room (creating nothing)."""
+    @property
+    def read_only_claim(self) -> bool:
+        return self.claim is not None and preflight.claim_read_only(self.claim)
+
+    def plan(self, *, attempt: int, wait: bool = True) -> planner.Plan:
+        """Inventory the live cluster and plan; with --wait-for-gpus (and `wait`), wait for room, creating
+        nothing. Before the first plan, and after each, what a real cluster would refuse later is refused
+        now (exit 2): an IPv6-only pod network, a missing volume claim or one the plan's nodes cannot
+        share."""
         spec = self.spec
-        wait_until = self._clock() + spec.wait_for_gpus
+        wait_until = self._clock() + (spec.wait_for_gpus if wait else 0.0)
         interval = 2.0
         shown: list[str] = []
+        if spec.volume_claim and self.claim is None:
+            self.claim = self._read_claim(spec.volume_claim)
         while True:
             self._check_deadline("planning")
             nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
             _check_resource_known(nodes, spec.resource)
-            tolerations = spec.all_tolerations()
+            why = preflight.ipv6_only(manager_ips=self.owner.pod_ips if self.owner else (), nodes=nodes)
+            if why:
+                raise InvalidInput(preflight.ipv6_message(why))
             with k8s.gc_paused():
-                rows = inventory.inventory(nodes, pods, resource=spec.resource, tolerations=tolerations,
-                                           node_selector=spec.node_selector_dict)
+                rows = inventory.inventory(nodes, pods, resource=spec.resource, demands=self.demands,
+                                           job_gpus=spec.gpus)
             del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
             table = joblog.inventory_lines(rows, resource=spec.resource)
             if table != shown:  # waiting for GPUs: the same table again says nothing new
@@ -190,8 +211,22 @@ class PreTraining:
             split = ", ".join(f"{e.gpus} on {e.node}" for e in plan.allocation)
             self.reporter.say(f"plan (attempt {attempt + 1}): {spec.gpus} GPU(s) as {split}; chief "
                               f"{plan.chief.gpus} on {plan.chief.node}")
+            if self.claim is not None:
+                problem = preflight.claim_problem(self.claim, nodes=[e.node for e in plan.allocation])
+                if problem:
+                    left = "nothing was created" if attempt == 0 else "the job's objects are deleted"
+                    raise InvalidInput(f"volume_claim: {problem}; {left}")
             self.reporter.planned(plan, attempt)
             return plan
+
+    def _read_claim(self, name: str) -> dict[str, Any]:
+        """The job's PersistentVolumeClaim, read by name (RBAC: get persistentvolumeclaims)."""
+        claim = self.kube.get("persistentvolumeclaims", self.spec.namespace, name)
+        if claim is None:
+            raise InvalidInput(f"volume_claim: PersistentVolumeClaim {self.spec.namespace}/{name} does not "
+                               "exist; create it (ReadWriteMany or ReadOnlyMany for a job on several nodes) "
+                               "or fix --volume-claim; nothing was created")
+        return claim
 
     def _wait_for_pods(self, names: list[str], role: str, ok: Callable[[podstatus.Pod], bool]
                        ) -> tuple[str | None, dict[str, dict[str, Any]]]:
@@ -262,9 +297,7 @@ class PreTraining:
         """Objects of an earlier run with this job name: adopt them when their chief still runs with its
         whole gang (the manager was restarted mid-job); otherwise delete them and start afresh."""
         spec = self.spec
-        selector = naming.job_selector(spec.job_name)
-        found = {kind: self.kube.list(kind, spec.namespace, label_selector=selector)[0]
-                 for kind in cleanup.JOB_KINDS}
+        found = cleanup.find_job_objects(self.kube, job=spec.job_name, namespace=spec.namespace)
         if not any(found.values()):
             return None
         self._refuse_if_running_elsewhere([o for items in found.values() for o in items])

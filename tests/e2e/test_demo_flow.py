@@ -44,7 +44,8 @@ def pod_json(cluster: TestCluster, name: str) -> dict[str, Any] | None:
 
 def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     cluster: TestCluster = local_cluster_factory(nodes=[5, 3, 2], cpu_nodes=1, runtime="process")
-    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"))
+    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
+                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
     assert applied.returncode == 0, applied.stderr
     applied = cluster.kubectl("apply", "-f", "-",
                               input=manager_manifest("python3 /opt/distributetrain/Train.py --epochs 3"))
@@ -86,6 +87,8 @@ def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     assert (f"supervising job {JOB}: chief {JOB}-chief (node-3, 1 GPU), "
             f"workers {JOB}-worker-0 (node-1, 5 GPUs)") in said
     assert JOB not in log.splitlines()
+    # the job pods ran as the base image's non-root account: the chief's ssh logged in to the worker as it
+    assert re.search(r"ssh trainer@10\.\d+\.\d+\.\d+:2222 accepts the job key", log), log[-4000:]
     assert len(re.findall(r"first_step_unix=\d+\.\d+", log)) == 1  # rank 0's, for bench/demo_phases.py
 
     # The chief ran on the 2-GPU node with 1 GPU, is kept Completed, and its log reads with kubectl.

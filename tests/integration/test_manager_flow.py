@@ -45,8 +45,13 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
     worker, chief = pods["train-worker-0"], pods["train-chief"]
     assert (worker["spec"]["nodeName"], podstatus.gpus(worker)) == ("node-1", 5)   # the 5-GPU node
     assert (chief["spec"]["nodeName"], podstatus.gpus(chief)) == ("node-3", 1)     # the 2-GPU node
-    assert worker["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "5"}
-    assert chief["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    # GPUs, cpu and memory per GPU (8Gi each, plus /dev/shm's 1Gi, requested and limited): never BestEffort
+    assert worker["spec"]["containers"][0]["resources"] == {
+        "requests": {"nvidia.com/gpu": "5", "cpu": "10", "memory": "41Gi"},
+        "limits": {"nvidia.com/gpu": "5", "memory": "41Gi"}}
+    assert chief["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1", "cpu": "2",
+                                                                       "memory": "9Gi"}
+    assert worker["status"]["qosClass"] == chief["status"]["qosClass"] == "Burstable"
     # the hostfile lists the worker's pod IP with its GPUs; the chief adds itself at run time
     configmap = kube.get("configmaps", "default", "train-hostfile")
     assert configmap is not None

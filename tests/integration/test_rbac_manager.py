@@ -43,16 +43,23 @@ def as_manager(cluster: TestCluster) -> Kube:
     return Kube.from_token(url=cluster.url, token=token, ca_path=str(cluster.ca_path))
 
 
+CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": "shared", "namespace": "default"},
+         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}
+
+
 @pytest.fixture
 def rbac_cluster(local_cluster_factory: Factory) -> TestCluster:
     cluster = local_cluster_factory(behaviors=[chief_behavior(exit_code=0, exit_after=0.5)])
     result = cluster.kubectl("apply", "-f", str(ROOT / "rbac"))
     assert result.returncode == 0, result.stderr
+    apply(cluster, [CLAIM])  # the job mounts a shared volume: every rule of the Role is used
     return cluster
 
 
 def test_manager_completes_with_exactly_the_rbac_rules(rbac_cluster: TestCluster) -> None:
-    orch, recorder = orchestrator(rbac_cluster, spec(job_name="least"), kube=as_manager(rbac_cluster))
+    orch, recorder = orchestrator(rbac_cluster, spec(job_name="least", volume_claim="shared"),
+                                  kube=as_manager(rbac_cluster))
     assert orch.run() == 0
     assert "epoch 2" in recorder.chief_out.getvalue()
     assert leftovers(rbac_cluster, "least") == {"pods": ["least-chief"]}
@@ -69,7 +76,8 @@ def test_removing_any_single_rule_fails_with_forbidden(rbac_cluster: TestCluster
     removed = role["rules"].pop(index)
     apply(rbac_cluster, [role])
     job = f"rbac-{kind.lower()}-{index}"
-    orch, _ = orchestrator(rbac_cluster, spec(job_name=job), kube=as_manager(rbac_cluster))
+    orch, _ = orchestrator(rbac_cluster, spec(job_name=job, volume_claim="shared"),
+                           kube=as_manager(rbac_cluster))
     with pytest.raises(ApiError) as caught:
         orch.run()
     message = str(caught.value)
@@ -93,10 +101,23 @@ def test_rbac_and_manifests_validate_strictly(version: str) -> None:
     files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
         "DistributeTrain_ClusterRole.yaml", "DistributeTrain_ClusterRoleBinding.yaml",
-        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml"]
+        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml",
+        "DistributeTrain_PodTemplate.yaml"]
     for path in files:
         for doc in yaml.safe_load_all(path.read_text()):
             kubernetes_validate.validate(doc, version, strict=True)
+    # the job pods' template the ConfigMap carries is a PodTemplateSpec too
+    (config_map,) = documents("manifests/DistributeTrain_PodTemplate.yaml")
+    template = yaml.safe_load(config_map["data"]["pod-template.yaml"])
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                                  "template": template}, version, strict=True)
+
+
+def test_the_role_reads_the_job_secret_by_name_and_lists_no_secret() -> None:
+    rules = roles()["Role"]["rules"]
+    secrets = [r for r in rules if "secrets" in r["resources"]]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete", "get"]}]
+    assert {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get"]} in rules
 
 
 def test_manager_manifest_runs_as_the_service_account_non_root() -> None:
@@ -109,4 +130,5 @@ def test_manager_manifest_runs_as_the_service_account_non_root() -> None:
     downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
                 for e in container["env"] if "valueFrom" in e}
     assert downward == {"DT_NAMESPACE": "metadata.namespace", "DT_MANAGER_POD_NAME": "metadata.name",
-                        "DT_MANAGER_POD_UID": "metadata.uid", "DT_MANAGER_NAMESPACE": "metadata.namespace"}
+                        "DT_MANAGER_POD_UID": "metadata.uid", "DT_MANAGER_NAMESPACE": "metadata.namespace",
+                        "DT_MANAGER_POD_IPS": "status.podIPs"}

@@ -36,7 +36,8 @@ from reliability_support import (
     wait_until,
 )
 
-from distributetrain import manifests, naming, sshkeys
+import podsecurity
+from distributetrain import naming, sshkeys
 from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
@@ -266,7 +267,7 @@ def test_network_policy_admits_only_the_jobs_own_pods(local_cluster_factory: Fac
     pods, policy = _job_objects(cluster)
     assert policy is not None
     spec = policy["spec"]
-    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
     # it applies to every pod of the job...
     target = spec["podSelector"]
     assert all(_selects(target, p["metadata"]["labels"]) for p in pods)
@@ -284,13 +285,22 @@ def test_network_policy_admits_only_the_jobs_own_pods(local_cluster_factory: Fac
     assert not _selects(peer, other_job)
     assert not _selects(peer, {naming.MANAGED_BY_KEY: naming.MANAGED_BY})
     assert "ports" not in spec["ingress"][0]  # Horovod's Gloo ports are chosen at run time
-    assert "egress" not in spec
+    # egress: to the job's own pods on every port, and DNS (kube-dns, port 53) - nothing else by default, so a
+    # namespace's default-deny egress does not cut the job and the job reaches nothing beyond it
+    to_job, to_dns = spec["egress"]
+    assert to_job == {"to": [{"podSelector": peer}]}
+    (dns,) = to_dns["to"]
+    assert dns["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert _selects(dns["podSelector"], {"k8s-app": "kube-dns"})
+    assert sorted(p["protocol"] for p in to_dns["ports"]) == ["TCP", "UDP"]
+    assert {p["port"] for p in to_dns["ports"]} == {53}
 
     # switchable: --no-network-policy makes none
     pods_off, policy_off = _job_objects(cluster, network_policy="false")
     assert policy_off is None
     assert len(pods_off) == 2
-    row("NetworkPolicy per job (on by default, switchable)", outcome="ingress only from the job's pods",
+    row("NetworkPolicy per job (on by default, switchable)",
+        outcome="ingress only from the job's pods; egress to them and DNS",
         notes="object content checked; the local cluster does not enforce it")
 
 
@@ -305,24 +315,22 @@ def test_containers_drop_privileges(local_cluster_factory: Factory, row: Callabl
         assert spec["automountServiceAccountToken"] is False  # job pods never talk to the API
         assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC")
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        # the base image's non-root account, sshd included: no capability at all, in either role
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] == naming.IMAGE_UID != 0
         for container in spec["containers"]:
             context = container["securityContext"]
             assert context["allowPrivilegeEscalation"] is False
             assert not context.get("privileged")
-            assert context["capabilities"]["drop"] == ["ALL"]
-            added = set(context["capabilities"].get("add") or [])
-            if role == naming.ROLE_WORKER:
-                # only what sshd needs to switch to the user and sandbox its pre-auth child
-                assert added <= set(manifests.SSHD_CAPABILITIES)
-                assert not added & {"SYS_ADMIN", "NET_ADMIN", "NET_RAW", "SYS_PTRACE", "DAC_OVERRIDE"}
-            else:
-                assert added == set()
+            assert context["capabilities"] == {"drop": ["ALL"]}
         for volume in spec["volumes"]:
             if "secret" in volume:
-                assert volume["secret"]["defaultMode"] & 0o077 == 0  # the key is not group/world readable
+                # readable by the pods' group (fsGroup) only: never by others
+                assert volume["secret"]["defaultMode"] & 0o007 == 0
+        assert podsecurity.violations(pod) == []
     assert sorted(roles.values()) == ["chief", "worker"]
-    row("containers drop privileges", outcome="no escalation; ALL dropped; worker adds sshd's 6 only",
-        notes=", ".join(manifests.SSHD_CAPABILITIES))
+    row("containers drop privileges", outcome="non-root (uid 10001); no escalation; ALL dropped, none added",
+        notes="Pod Security restricted")
 
 
 def _process_status(pid: int) -> dict[str, str]:
@@ -349,7 +357,8 @@ def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[
     if os.geteuid() != 0:
         pytest.fail("this check needs root: the process runtime runs pods in their own namespaces")
     cluster = local_cluster_factory(nodes=[1], cpu_nodes=1, runtime="process")
-    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"))
+    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
+                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
     assert applied.returncode == 0, applied.stderr
     container["args"] = ["--gpus", "1", "--image", IMAGE, "--job-name", "nonroot"]
     container["env"].append({"name": "DT_COMMAND", "value": "python3 -c 'print(\"trained\")'"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from distributetrain.clusterfiles import parse_cluster_document, read_cluster_files
 from distributetrain.errors import InvalidInput, InvalidQuantity
-from distributetrain.inventory import NodeGpus, free_gpus, inventory, topology
+from distributetrain.inventory import NodeGpus, PodDemand, free_gpus, inventory, topology
 from distributetrain.tolerations import Toleration, default_tolerations
 
 GPU = "nvidia.com/gpu"
@@ -369,3 +370,74 @@ def test_read_cluster_files_errors(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(InvalidInput, match=re.escape("binary.json: not a text file")):
         read_cluster_files(paths=[str(binary)])
+
+
+# ---- what a job pod asks besides GPUs: cpu, memory, a pod slot; shared and MIG GPUs ----------------------
+def demand(cpu_per_gpu: int = 2, memory_gib_per_gpu: int = 8, *, role: str = "worker",
+           fixed_gib: int = 1, affinity: tuple[dict[str, Any], ...] = ()) -> PodDemand:
+    """A job pod of g GPUs requesting cpu_per_gpu*g cpu and memory_gib_per_gpu*g + fixed_gib GiB."""
+    return PodDemand(role=role, tolerations=default_tolerations(GPU), node_affinity=affinity,
+                     requests=lambda g: {"cpu": Fraction(cpu_per_gpu * g),
+                                         "memory": Fraction((memory_gib_per_gpu * g + fixed_gib) * 2**30)})
+
+
+def busy(name: str, on: str, cpu: str, memory: str) -> dict[str, Any]:
+    """A pod holding cpu and memory but no GPU (a data loader, a daemon)."""
+    p = pod(name, on, None)
+    p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": memory}}
+    return p
+
+
+def test_free_gpus_without_room_for_the_pods_memory_are_not_eligible() -> None:
+    row = one([node("n1")], [busy("db", "n1", "8", "508Gi")], demands=[demand()])
+    assert (row.free, row.eligible) == (8, False)
+    assert row.reason == "worker needs 9Gi memory for 1 GPU, 4Gi free"
+    cpu = one([node("n1")], [busy("db", "n1", "62500m", "1Gi")], demands=[demand()])
+    assert cpu.reason == "worker needs 2 cpu for 1 GPU, 1.5 free"
+
+
+def test_a_node_offers_as_many_gpus_as_the_pods_requests_fit() -> None:
+    row = one([node("n1")], [busy("db", "n1", "54", "1Gi")], demands=[demand()])
+    assert (row.free, row.offered, row.eligible) == (8, 5, True)
+    assert row.note == "5 of 8: worker needs 12 cpu for 6 GPUs, 10 free"
+    assert free_gpus([row]) == {"n1": 5}
+    assert row.to_json()["usable"] == 5
+    # the stricter of the roles decides: a chief asking more
+    rows = inventory([node("n1")], [], demands=[demand(), demand(cpu_per_gpu=16, role="chief")])
+    assert (rows[0].offered, rows[0].note) == (4, "4 of 8: chief needs 80 cpu for 5 GPUs, 64 free")
+
+
+def test_the_pods_of_terminated_jobs_free_their_cpu_and_memory() -> None:
+    done = busy("old", "n1", "64", "512Gi")
+    done["status"]["phase"] = "Succeeded"
+    assert one([node("n1")], [done], demands=[demand()]).offered == 8
+
+
+def test_a_full_node_takes_no_more_pods() -> None:
+    full = node("n1")
+    full["status"]["allocatable"]["pods"] = "2"
+    row = one([full], [busy("a", "n1", "1", "1Gi"), busy("b", "n1", "1", "1Gi")], demands=[demand()])
+    assert not row.eligible and "no room for another pod (2 pods" in str(row.reason)
+
+
+def test_node_affinity_of_the_template() -> None:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    rows = inventory([node("n1", labels={"zone": "a"}), node("n2", labels={"zone": "b"})], [],
+                     demands=[demand(affinity=(term,))])
+    assert [r.eligible for r in rows] == [True, False]
+    assert rows[1].reason == "node affinity does not match (zone In [a])"
+
+
+def test_time_sliced_gpus_give_a_job_pod_one() -> None:
+    row = one([node("n1", labels={"nvidia.com/gpu.replicas": "4"})])
+    assert (row.free, row.offered, row.eligible) == (8, 1, True)
+    assert row.note is not None and "nvidia.com/gpu.replicas=4" in row.note
+    shared = one([node("n1", resource="nvidia.com/gpu.shared")], resource="nvidia.com/gpu.shared")
+    assert shared.offered == 1
+
+
+def test_mig_devices_serve_one_gpu_jobs_only() -> None:
+    mig = node("n1", labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"})
+    assert one([mig], job_gpus=1).eligible
+    row = one([mig], job_gpus=4)
+    assert not row.eligible and "NCCL cannot use MIG" in str(row.reason)

@@ -67,3 +67,41 @@ def test_reporter_lines_carry_utc_milliseconds() -> None:
     Reporter(stream=out).say("plan (attempt 1): 6 GPU(s)")
     stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
     assert re.fullmatch(stamp + r" distributetrain: plan \(attempt 1\): 6 GPU\(s\)\n", out.getvalue())
+
+
+# ---- the chief's log, resumed by time --------------------------------------------------------------------
+def stamped(second: int, nanos: int, text: str) -> bytes:
+    return f"2026-11-22T03:17:{second:02d}.{nanos:09d}Z {text}".encode()
+
+
+def copy(cursor: joblog.LogCursor, lines: list[bytes], out: list[bytes]) -> None:
+    cursor.restart()
+    for line in lines:
+        stamp, rest = joblog.split_stamp(line)
+        if cursor.admit(stamp):
+            out.append(rest)
+
+
+def test_split_stamp() -> None:
+    assert joblog.split_stamp(b"2026-11-22T03:17:28.5Z epoch=1") == (1795317448 * 10**9 + 500_000_000,
+                                                                      b"epoch=1")
+    assert joblog.split_stamp(b"2026-11-22T04:17:28+01:00 x")[0] == 1795317448 * 10**9
+    assert joblog.split_stamp(b"no stamp here") == (None, b"no stamp here")
+
+
+def test_a_resumed_stream_loses_and_repeats_nothing() -> None:
+    cursor, out = joblog.LogCursor(), []
+    first = [stamped(1, 0, "a"), stamped(1, 0, "b"), stamped(2, 5, "c")]   # two lines share a time
+    copy(cursor, first, out)
+    assert cursor.since_time() == "2026-11-22T03:17:02Z"  # whole seconds: the server passes no more on
+    # the stream is cut; the next starts at that second: c again, then what came meanwhile
+    copy(cursor, [stamped(2, 5, "c"), stamped(2, 5, "d"), stamped(3, 0, "e")], out)
+    assert out == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_after_a_rotation_nothing_is_skipped() -> None:
+    """A line count would skip the first lines of the new file: the old ones are no longer served."""
+    cursor, out = joblog.LogCursor(), []
+    copy(cursor, [stamped(1, 0, "old-1"), stamped(1, 1, "old-2")], out)
+    copy(cursor, [stamped(4, 0, "new-1"), stamped(4, 1, "new-2")], out)  # rotated: only newer lines served
+    assert out == [b"old-1", b"old-2", b"new-1", b"new-2"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -35,7 +37,9 @@ def test_defaults() -> None:
     assert s.all_tolerations() == (Toleration(key="nvidia.com/gpu", operator="Exists"),)
 
 
-def test_every_field_from_environment() -> None:
+def test_every_field_from_environment(tmp_path: Path) -> None:
+    template = tmp_path / "pod.yaml"
+    template.write_text("metadata:\n  annotations:\n    team: ml\n")
     env = {"DT_GPUS": "12", "DT_IMAGE": "train@sha256:" + "a" * 64, "DT_JOB_NAME": "resnet-12",
            "DT_NAMESPACE": "ml", "DT_COMMAND": "python3 /workspace/Train.py --epochs 3",
            "DT_RESOURCE": "amd.com/gpu", "DT_TOLERATIONS": "dedicated=ml:NoSchedule,example.com/spot",
@@ -44,8 +48,12 @@ def test_every_field_from_environment() -> None:
            "DT_RETRIES": "0", "DT_BACKOFF": "1m", "DT_SSH_TIMEOUT": "30", "DT_ACTIVE_DEADLINE": "1h30m",
            "DT_WAIT_FOR_GPUS": "10m", "DT_KEEP_CHIEF": "false", "DT_VOLUME_CLAIM": "train-data",
            "DT_MOUNT_PATH": "/data", "DT_NETWORK_INTERFACE": "eth0", "DT_TRANSPORT": "mpi",
-           "DT_NETWORK_POLICY": "off", "DT_SERVICE_ACCOUNT": "trainer", "DT_IMAGE_PULL_POLICY": "Always"}
+           "DT_NETWORK_POLICY": "off", "DT_SERVICE_ACCOUNT": "trainer", "DT_IMAGE_PULL_POLICY": "Always",
+           "DT_IMAGE_PULL_SECRETS": "regcred, other", "DT_POD_TEMPLATE": str(template),
+           "DT_WORKER_TEMPLATE": str(template), "DT_CHIEF_TEMPLATE": "", "DT_CPU_PER_GPU": "500m",
+           "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0"}
     s = JobSpec.from_sources({}, env)
+    assert s.pod_template is not None and s.pod_template.metadata == {"annotations": {"team": "ml"}}
     assert s == JobSpec(
         gpus=12, image="train@sha256:" + "a" * 64, job_name="resnet-12", namespace="ml",
         command=("python3", "/workspace/Train.py", "--epochs", "3"), resource="amd.com/gpu",
@@ -55,7 +63,11 @@ def test_every_field_from_environment() -> None:
         placement_policy="largest-first", ssh_port=2022, schedule_timeout=90.0, retries=0, backoff=60.0,
         ssh_timeout=30.0, active_deadline=5400.0, wait_for_gpus=600.0, keep_chief=False,
         volume_claim="train-data", mount_path="/data", network_interface="eth0", transport="mpi",
-        network_policy=False, service_account="trainer", image_pull_policy="Always")
+        network_policy=False, service_account="trainer", image_pull_policy="Always",
+        image_pull_secrets=("regcred", "other"), pod_template=s.pod_template,
+        worker_template=s.worker_template,
+        chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
+        shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"))
     # every field has its variable, named DT_<FIELD>
     assert {env_name(f.name) for f in dataclasses.fields(JobSpec)} == set(env)
 

@@ -1,4 +1,5 @@
-"""`kubectl apply -k .`: the kustomization at the repository root is exactly rbac/ plus the manager manifest,
+"""`kubectl apply -k .`: the kustomization at the repository root is exactly rbac/ plus manifests/ (the job
+pods' template and the manager),
 and one setting moves both images to a registry (the base image too, which the manager passes to job pods in
 DT_IMAGE) and everything namespaced to a namespace. Rendered by the real kubectl's built-in kustomize."""
 
@@ -39,11 +40,17 @@ def env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value") for e in container["env"]}
 
 
-def test_the_kustomization_is_the_rbac_and_the_manager_unchanged() -> None:
-    rendered = {key(o): o for o in kustomize(REPO)}
-    rbac = [str(p.relative_to(REPO)) for p in sorted((REPO / "rbac").glob("*.yaml"))]
-    expected = {key(o): o for o in files(*rbac, "manifests/DistributeTrain_Manager.yaml")}
-    assert rendered == expected
+def test_the_kustomization_is_the_rbac_and_the_manifests_unchanged() -> None:
+    objects = kustomize(REPO)
+    shipped = [str(p.relative_to(REPO)) for d in ("rbac", "manifests")
+               for p in sorted((REPO / d).glob("*.yaml"))]
+    expected = {key(o): o for o in files(*shipped)}
+    assert {key(o): o for o in objects} == expected
+    # the manager reads the job pods' template from the ConfigMap it mounts
+    (volume,) = next(o for o in objects if o["kind"] == "Pod")["spec"]["volumes"]
+    mount = next(m for m in manager(objects)["volumeMounts"] if m["name"] == volume["name"])
+    (key_name,) = expected[("ConfigMap", volume["configMap"]["name"])]["data"]
+    assert env(manager(objects))["DT_POD_TEMPLATE"] == f"{mount['mountPath']}/{key_name}"
 
 
 def test_one_setting_moves_both_images_and_the_namespace(tmp_path: Path) -> None:
@@ -61,6 +68,8 @@ def test_one_setting_moves_both_images_and_the_namespace(tmp_path: Path) -> None
     assert container["image"] == "registry.example.com/ml/manager:1.4"
     assert env(container)["DT_IMAGE"] == "registry.example.com/ml/base:1.4"
     assert env(container)["DT_SCHEDULE_TIMEOUT"] == "5m"  # other values are left alone
+    # the pod template's ConfigMap follows the namespace, with the manager that mounts it
+    assert next(o for o in rendered if o["kind"] == "ConfigMap")["metadata"]["namespace"] == "ml-team"
     for obj in rendered:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == "ml-team", key(obj)

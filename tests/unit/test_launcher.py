@@ -205,3 +205,10 @@ def test_a_malformed_hostfile_is_named(key: Path, tmp_path: Path, caplog: pytest
                           "--pod-ip", "10.0.0.2"])
     assert code == EXIT_USAGE
     assert "line 2" in caplog.text and str(tmp_path / "hostfile") in caplog.text
+
+
+def test_the_chief_uses_its_ipv4_address_on_a_dual_stack_network() -> None:
+    assert launcher.own_ip({"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"}) == "10.244.3.9"
+    assert launcher.own_ip({"DT_POD_IP": "10.244.3.9"}) == "10.244.3.9"
+    settings = launcher.parse_settings([], {"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"})
+    assert settings.pod_ip == "10.244.3.9"

@@ -1,14 +1,18 @@
-"""The objects a job creates, compared whole, and validated against the Kubernetes 1.30 and 1.37 schemas."""
+"""The objects a job creates, compared whole, and validated against the Kubernetes 1.30 and 1.37 schemas; the
+pod template merged under and over the manager's parts; every job pod within Pod Security "restricted"."""
 
 from __future__ import annotations
 
 import base64
 import json
+from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+import podsecurity
 from distributetrain import manifests, sshkeys
 from distributetrain.hostfile import HostSlots
 from distributetrain.jobspec import JobSpec, ManagerIdentity
@@ -31,30 +35,43 @@ def labels(role: str) -> dict[str, str]:
 
 
 def pinned(node: str) -> dict[str, Any]:
+    """By the node's name, as the DaemonSet controller pins: the hostname label may differ from it."""
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+
+
+def resources(gpus: int) -> dict[str, Any]:
+    """2 cpu and 8Gi per GPU, /dev/shm's 1Gi counted in the memory, requested = limited; no cpu limit."""
+    memory = f"{8 * gpus + 1}Gi"
+    return {"requests": {"cpu": str(2 * gpus), "memory": memory, "nvidia.com/gpu": str(gpus)},
+            "limits": {"memory": memory, "nvidia.com/gpu": str(gpus)}}
 
 
 SSH_MOUNT = {"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}
-SSH_VOLUME = {"name": "ssh", "secret": {"secretName": "train-ssh", "defaultMode": 0o400}}
+SHM_MOUNT = {"name": "dshm", "mountPath": "/dev/shm"}
+SSH_VOLUME = {"name": "ssh", "secret": {"secretName": "train-ssh", "defaultMode": 0o440}}
+SHM_VOLUME = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
 BASE_ENV = [{"name": "DT_JOB_NAME", "value": "train"}, {"name": "DT_SSH_PORT", "value": "2222"},
             {"name": "DT_SSH_DIR", "value": "/etc/distributetrain/ssh"}]
+ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SPEC_COMMON = {"restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                    "enableServiceLinks": False, "terminationGracePeriodSeconds": 10,
-                   "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                   "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                       "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
                    "automountServiceAccountToken": False}
 
 WORKER = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"name": "train-worker-0", "namespace": "default", "labels": labels("worker"),
-                 "annotations": {"distributetrain.io/gpus": "5"}, "ownerReferences": OWNER_REFS},
-    "spec": {**POD_SPEC_COMMON, "affinity": pinned("node-1"), "volumes": [SSH_VOLUME], "containers": [{
+                 "annotations": {**ANNOTATIONS, "distributetrain.io/gpus": "5"},
+                 "ownerReferences": OWNER_REFS},
+    "spec": {**POD_SPEC_COMMON, "affinity": pinned("node-1"), "volumes": [SSH_VOLUME, SHM_VOLUME],
+             "containers": [{
         "name": "worker", "image": IMAGE, "command": ["/usr/local/bin/distributetrain-entrypoint"],
-        "args": ["worker"], "env": BASE_ENV,
-        "resources": {"requests": {"nvidia.com/gpu": "5"}, "limits": {"nvidia.com/gpu": "5"}},
-        "volumeMounts": [SSH_MOUNT],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {
-            "drop": ["ALL"], "add": ["AUDIT_WRITE", "CHOWN", "KILL", "SETGID", "SETUID", "SYS_CHROOT"]}},
+        "args": ["worker"], "env": BASE_ENV, "resources": resources(5),
+        "volumeMounts": [SSH_MOUNT, SHM_MOUNT],
+        "securityContext": RESTRICTED,
         "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 2, "timeoutSeconds": 1,
                            "failureThreshold": 3},
@@ -64,10 +81,11 @@ WORKER = {
 CHIEF = {
     "apiVersion": "v1", "kind": "Pod",
     "metadata": {"name": "train-chief", "namespace": "default", "labels": labels("chief"),
-                 "annotations": {"distributetrain.io/gpus": "1"}, "ownerReferences": OWNER_REFS},
+                 "annotations": {**ANNOTATIONS, "distributetrain.io/gpus": "1"},
+                 "ownerReferences": OWNER_REFS},
     "spec": {**POD_SPEC_COMMON, "affinity": pinned("node-3"),
              "volumes": [SSH_VOLUME, {"name": "hostfile", "configMap": {"name": "train-hostfile",
-                                                                         "defaultMode": 0o444}}],
+                                                                         "defaultMode": 0o444}}, SHM_VOLUME],
              "containers": [{
                  "name": "launcher", "image": IMAGE, "command": ["/usr/local/bin/distributetrain-entrypoint"],
                  "args": ["launcher", "--", "python3", "/opt/distributetrain/Train.py"],
@@ -75,12 +93,13 @@ CHIEF = {
                          {"name": "DT_HOSTFILE", "value": "/etc/distributetrain/hostfile/hostfile"},
                          {"name": "DT_NUM_PROCESSES", "value": "6"}, {"name": "DT_SLOTS", "value": "1"},
                          {"name": "DT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                         {"name": "DT_POD_IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
                          {"name": "DT_TRANSPORT", "value": "gloo"},
                          {"name": "DT_SSH_TIMEOUT", "value": "120"}],
-                 "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+                 "resources": resources(1),
                  "volumeMounts": [SSH_MOUNT, {"name": "hostfile", "readOnly": True,
-                                              "mountPath": "/etc/distributetrain/hostfile"}],
-                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                                              "mountPath": "/etc/distributetrain/hostfile"}, SHM_MOUNT],
+                 "securityContext": RESTRICTED,
              }]},
 }
 
@@ -94,8 +113,15 @@ JOB_PODS = {"matchLabels": {"app.kubernetes.io/managed-by": "distributetrain",
 NETWORK = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
            "metadata": {"name": "train-network", "namespace": "default", "labels": labels("network"),
                         "ownerReferences": OWNER_REFS},
-           "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress"],
-                    "ingress": [{"from": [{"podSelector": JOB_PODS}]}]}}
+           "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress", "Egress"],
+                    "ingress": [{"from": [{"podSelector": JOB_PODS}]}],
+                    # job pods to job pods on every port, and DNS, so a default-deny egress cannot cut the job
+                    "egress": [{"to": [{"podSelector": JOB_PODS}]},
+                               {"to": [{"namespaceSelector": {"matchLabels": {
+                                   "kubernetes.io/metadata.name": "kube-system"}},
+                                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                                "ports": [{"protocol": "UDP", "port": 53},
+                                          {"protocol": "TCP", "port": 53}]}]}}
 
 SECRET = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
           "metadata": {"name": "train-ssh", "namespace": "default", "labels": labels("ssh"),
@@ -121,6 +147,7 @@ def test_whole_object(case: str) -> None:
 
 
 ALL_OPTIONS = {"volume_claim": "train-data", "mount_path": "/data", "active_deadline": "90m",
+               "image_pull_secrets": ["regcred"], "allow_egress": ["0.0.0.0/0"], "cpu_per_gpu": "4",
                "network_interface": "eth0", "node_selector": ["gpu=a100"],
                "image_pull_policy": "IfNotPresent",
                "service_account": "trainer", "tolerations": ["dedicated=ml:NoSchedule"], "ssh_port": "2022",
@@ -179,3 +206,156 @@ def test_every_manifest_validates_strictly(version: str, options: dict[str, obje
     spec = make_spec(**options)
     for build, _ in CASES.values():
         kubernetes_validate.validate(build(spec), version, strict=True)
+
+
+# ---- the pod template, merged under and over the manager's parts ------------------------------------------
+TEMPLATE = """
+metadata:
+  labels: {team: ml, distributetrain.io/role: mine}
+  annotations: {sidecar.istio.io/inject: "true", karpenter.sh/do-not-disrupt: "true"}
+spec:
+  priorityClassName: ml-training
+  runtimeClassName: nvidia
+  imagePullSecrets: [{name: regcred}]
+  tolerations: [{key: spot, operator: Exists}]
+  nodeSelector: {pool: gpu}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions: [{key: zone, operator: In, values: [a]}]
+          - matchExpressions: [{key: zone, operator: In, values: [b]}]
+  securityContext: {runAsUser: 2000}
+  volumes: [{name: datasets, persistentVolumeClaim: {claimName: imagenet, readOnly: true}}]
+  containers:
+    - name: job
+      env: [{name: NCCL_DEBUG, value: INFO}]
+      resources: {requests: {cpu: "12"}, limits: {rdma/hca: "1"}}
+      volumeMounts: [{name: datasets, mountPath: /datasets, readOnly: true}]
+    - name: metrics
+      image: prom/node-exporter:v1.8.0
+      resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 64Mi}}
+"""
+
+
+def template_spec(tmp_path: Path, text: str = TEMPLATE, **overrides: object) -> JobSpec:
+    path = tmp_path / "pod-template.yaml"
+    path.write_text(text)
+    return make_spec(pod_template=str(path), image_pull_secrets=["other"], **overrides)
+
+
+def test_the_template_is_laid_under_and_the_managers_parts_over(tmp_path: Path) -> None:
+    spec = template_spec(tmp_path)
+    pod = manifests.worker_pod(spec, index=0, entry=Entry("node-1", 4), owner=OWNER)
+    meta, pod_spec = pod["metadata"], pod["spec"]
+    job, sidecar = pod_spec["containers"]
+    # labels: the user's kept, ours win; annotations: the template overrides our defaults, ours (gpus) win
+    assert meta["labels"] == {"team": "ml", **labels("worker")}
+    assert meta["annotations"] == {"sidecar.istio.io/inject": "true", "karpenter.sh/do-not-disrupt": "true",
+                                   "linkerd.io/inject": "disabled", "distributetrain.io/gpus": "4"}
+    assert meta["ownerReferences"] == OWNER_REFS
+    # the template's fields pass through; lists are joined
+    assert (pod_spec["priorityClassName"], pod_spec["runtimeClassName"]) == ("ml-training", "nvidia")
+    assert pod_spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "other"}]
+    assert pod_spec["tolerations"] == [{"key": "spot", "operator": "Exists"},
+                                       {"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod_spec["nodeSelector"] == {"pool": "gpu"}
+    assert [v["name"] for v in pod_spec["volumes"]] == ["datasets", "ssh", "dshm"]
+    # the pin is ANDed into every required term of the template's (terms are ORed)
+    terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    pin = [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]
+    assert terms == [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}], "matchFields": pin},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}], "matchFields": pin}]
+    # securityContext: the template's field wins, our defaults fill the rest
+    assert pod_spec["securityContext"] == {**POD_SPEC_COMMON["securityContext"], "runAsUser": 2000}
+    # the job container: ours by name, image, command; env and mounts joined; cpu the template's, memory ours
+    assert (job["name"], job["image"], job["args"]) == ("worker", IMAGE, ["worker"])
+    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV]
+    assert job["volumeMounts"] == [{"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+                                   SSH_MOUNT, SHM_MOUNT]
+    assert job["resources"] == {"requests": {"cpu": "12", "memory": "33Gi", "nvidia.com/gpu": "4"},
+                                "limits": {"rdma/hca": "1", "memory": "33Gi", "nvidia.com/gpu": "4"}}
+    assert job["securityContext"] == RESTRICTED
+    assert sidecar["name"] == "metrics" and "securityContext" not in sidecar  # kept as written
+    for version in ("1.30.0", "1.37.0"):
+        kubernetes_validate.validate(pod, version, strict=True)
+
+
+def test_the_inventory_counts_what_the_pod_would_request(tmp_path: Path) -> None:
+    spec = template_spec(tmp_path)
+    demand = manifests.pod_demand(spec, "worker")
+    # cpu: the template's 12 + the sidecar's 100m; memory: 8Gi per GPU + 1Gi /dev/shm + the sidecar's 64Mi
+    assert demand.requests is not None
+    assert demand.requests(2) == {"cpu": Fraction(121, 10), "memory": Fraction(17 * 2**30 + 64 * 2**20),
+                                  "rdma/hca": Fraction(1)}
+    assert demand.node_selector == {"pool": "gpu"}
+    assert [str(t) for t in demand.tolerations] == ["spot", "nvidia.com/gpu"]
+    assert len(demand.node_affinity) == 2  # the template's own terms, not the pin
+
+
+def test_root_through_the_template(tmp_path: Path) -> None:
+    """Root stays possible: the template overrides the non-root defaults and gives sshd its capabilities."""
+    spec = template_spec(tmp_path, """
+spec:
+  securityContext: {runAsNonRoot: false, runAsUser: 0, runAsGroup: 0}
+  containers:
+    - securityContext:
+        capabilities: {add: [AUDIT_WRITE, CHOWN, KILL, SETGID, SETUID, SYS_CHROOT]}
+""")
+    pod = manifests.worker_pod(spec, index=0, entry=Entry("node-1", 1), owner=None)
+    assert pod["spec"]["securityContext"]["runAsUser"] == 0
+    assert pod["spec"]["containers"][0]["securityContext"] == {
+        "capabilities": {"add": ["AUDIT_WRITE", "CHOWN", "KILL", "SETGID", "SETUID", "SYS_CHROOT"],
+                         "drop": ["ALL"]}, "allowPrivilegeEscalation": False}
+    assert podsecurity.violations(pod)  # and it is no longer "restricted"
+
+
+@pytest.mark.parametrize("options", [{}, ALL_OPTIONS], ids=["defaults", "all-options"])
+def test_every_job_pod_is_restricted(options: dict[str, object]) -> None:
+    spec = make_spec(**options)
+    for pod in (manifests.worker_pod(spec, index=0, entry=Entry("n", 3), owner=OWNER),
+                manifests.chief_pod(spec, entry=Entry("n", 1), owner=OWNER)):
+        assert podsecurity.violations(pod) == []
+
+
+def test_requests_flags_and_shm() -> None:
+    pod = manifests.worker_pod(make_spec(cpu_per_gpu="500m", memory_per_gpu="3Gi", shm_size="512Mi"),
+                               index=0, entry=Entry("n", 3), owner=None)
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "1500m", "memory": "9728Mi", "nvidia.com/gpu": "3"},
+        "limits": {"memory": "9728Mi", "nvidia.com/gpu": "3"}}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "512Mi"}} in pod["spec"]["volumes"]
+    bare = manifests.worker_pod(make_spec(memory_per_gpu="0", shm_size="0"), index=0, entry=Entry("n", 3),
+                                owner=None)
+    assert bare["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "6", "nvidia.com/gpu": "3"},
+                                                          "limits": {"nvidia.com/gpu": "3"}}
+    assert [v["name"] for v in bare["spec"]["volumes"]] == ["ssh"]
+
+
+def test_a_read_only_many_claim_is_mounted_read_only() -> None:
+    pod = manifests.chief_pod(make_spec(volume_claim="data"), entry=Entry("n", 1), owner=None,
+                              read_only_claim=True)
+    assert {"name": "work", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}} in \
+        pod["spec"]["volumes"]
+    assert {"name": "work", "mountPath": "/workspace", "readOnly": True} in \
+        pod["spec"]["containers"][0]["volumeMounts"]
+
+
+def test_egress_beyond_the_job_only_where_allowed() -> None:
+    policy = manifests.network_policy(make_spec(allow_egress=["10.20.0.0/16", "0.0.0.0/0"]), owner=None)
+    assert policy["spec"]["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}},
+                                                  {"ipBlock": {"cidr": "0.0.0.0/0"}}]}
+    kubernetes_validate.validate(policy, "1.37.0", strict=True)
+
+
+def test_dry_run_placeholders_hold_no_key() -> None:
+    spec = make_spec()
+    secret = manifests.placeholder_secret(spec, owner=OWNER)
+    assert sorted(secret["data"]) == ["authorized_keys", "id_ed25519", "id_ed25519.pub"]
+    assert {base64.b64decode(v).decode() for v in secret["data"].values()} == {manifests.PLACEHOLDER_KEY}
+    hostfile = manifests.placeholder_hostfile(spec, [("train-worker-0", 5)], owner=OWNER)
+    assert hostfile["data"] == {"hostfile": "<pod IP of train-worker-0> slots=5\n"}
+    for obj in (secret, hostfile):
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)

@@ -60,3 +60,17 @@ def test_what_a_chief_pod_says_about_its_job() -> None:
     assert podstatus.active_deadline(chief) == 90.0
     assert podstatus.expected_processes({"spec": {"containers": [{"name": "launcher"}]}}) is None
     assert podstatus.active_deadline({"spec": {}}) is None
+
+
+def test_the_ipv4_address_of_a_dual_stack_pod() -> None:
+    dual = {"status": {"podIP": "fd00::7", "podIPs": [{"ip": "fd00::7"}, {"ip": "10.244.1.7"}]}}
+    assert podstatus.pod_ipv4(dual) == "10.244.1.7"
+    assert podstatus.pod_ipv4({"status": {"podIP": "10.0.0.1"}}) == "10.0.0.1"
+    assert podstatus.pod_ipv4({"status": {"podIP": "fd00::7"}}) is None
+
+
+def test_planned_node_by_name_field() -> None:
+    pod = {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                "values": ["node-7"]}]}]}}}}}
+    assert podstatus.planned_node(pod) == "node-7"

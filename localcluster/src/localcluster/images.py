@@ -3,9 +3,12 @@
 An image whose name matches a pattern of the registry is *this repository's Dockerfile*: its COPY/ADD lines
 say which files of the build context appear at which path inside the container, and its ENV, WORKDIR, USER,
 ENTRYPOINT and CMD are the container's defaults. RUN steps are not run: the project's own environment (the
-venv whose bin/ is first on every pod's PATH) already holds what they install. `FROM` another mapped image
-inherits that image's files and settings. Any other image is a *host image*: no files are added and the
-container's command runs on the host's own filesystem (busybox, python:3.11, ubuntu all behave like that).
+venv whose bin/ is first on every pod's PATH) already holds what they install; only the accounts they create
+(`groupadd`, `useradd`: name, uid, gid, home, shell, password field) are kept, for the runtime to add to the
+container's /etc/passwd, /etc/group and /etc/shadow (`account_files`) and to make the home directory.
+`FROM` another mapped image inherits that image's files and settings. Any other image is a *host image*: no
+files are added and the container's command runs on the host's own filesystem (busybox, python:3.11, ubuntu
+all behave like that).
 See docs/local-cluster-processes.md.
 """
 
@@ -47,6 +50,25 @@ class ImageFile:
 
 
 @dataclass(frozen=True)
+class ImageGroup:
+    name: str
+    gid: int
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    """An account a RUN step creates (useradd), with Debian's defaults for what it does not say."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+    shell: str = "/bin/sh"
+    password: str = "!"      # useradd without --password: a locked account
+    create_home: bool = False
+
+
+@dataclass(frozen=True)
 class ImageConfig:
     name: str
     dockerfile: Path | None = None          # None: a host image
@@ -56,6 +78,8 @@ class ImageConfig:
     cmd: tuple[str, ...] = ()
     workdir: str = ""
     user: str = ""                           # USER: `uid[:gid]` or a name; "" is root
+    users: tuple[ImageUser, ...] = ()        # accounts RUN steps create
+    groups: tuple[ImageGroup, ...] = ()
 
     @property
     def is_host_image(self) -> bool:
@@ -212,6 +236,7 @@ def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
         elif instruction == "RUN":
             for m in _RM.finditer(substitute(arguments, scope)):
                 removed.extend(w.rstrip("/") for w in m.group(2).split() if w.startswith("/"))
+            config = _with_accounts(config, substitute(arguments, scope))
         elif instruction == "ENV":
             for key, value in _env_pairs(arguments):
                 env[key] = substitute(value, {**args, **env})
@@ -245,6 +270,98 @@ def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
     kept = tuple(f for f in config.files
                  if not any(f.dest == r or f.dest.startswith(r + "/") for r in removed))
     return replace(config, files=kept)
+
+
+_COMMANDS = re.compile(r"&&|\|\||;|\|")
+# options of useradd/groupadd that take a value (the rest are flags)
+_VALUED = {"-u", "--uid", "-g", "--gid", "-d", "--home-dir", "-s", "--shell", "-p", "--password", "-c",
+           "--comment", "-G", "--groups", "-k", "--skel", "-K", "--key", "-e", "--expiredate", "-f",
+           "--inactive", "-R", "--root", "-P", "--prefix", "-b", "--base-dir", "-Z", "--selinux-user"}
+
+
+def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    options: dict[str, str] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        key, equals, value = word.partition("=")
+        if word.startswith("-") and equals and key in _VALUED:
+            options[key] = value
+        elif word in _VALUED and i + 1 < len(words):
+            options[word] = words[i + 1]
+            i += 1
+        elif word.startswith("-"):
+            options[word] = ""
+        else:
+            positional.append(word)
+        i += 1
+    return options, positional
+
+
+def _pick(options: Mapping[str, str], *names: str) -> str | None:
+    return next((options[n] for n in names if n in options), None)
+
+
+def _with_accounts(config: ImageConfig, command: str) -> ImageConfig:
+    """The accounts `groupadd` and `useradd` in a RUN line create, added to the image's (Debian's
+    defaults: a group of the user's name, shell /bin/sh, home /home/NAME, a locked password `!`)."""
+    groups, users = list(config.groups), list(config.users)
+    for part in _COMMANDS.split(command):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            continue
+        if not words or os.path.basename(words[0]) not in ("groupadd", "useradd"):
+            continue
+        options, names = _options(words[1:])
+        if not names:
+            continue
+        name = names[-1]
+        taken_gids = {g.gid for g in groups}
+        if os.path.basename(words[0]) == "groupadd":
+            given = _pick(options, "-g", "--gid")
+            groups.append(ImageGroup(name, int(given) if given and given.isdigit()
+                                     else max(taken_gids | {999}) + 1))
+            continue
+        uid_text = _pick(options, "-u", "--uid")
+        uid = int(uid_text) if uid_text and uid_text.isdigit() else max({u.uid for u in users} | {999}) + 1
+        group = _pick(options, "-g", "--gid")
+        if group is None:
+            if not any(g.name == name for g in groups):
+                groups.append(ImageGroup(name, uid if uid not in taken_gids else max(taken_gids) + 1))
+            gid = next(g.gid for g in groups if g.name == name)
+        else:
+            gid = int(group) if group.isdigit() else next((g.gid for g in groups if g.name == group), 0)
+        users.append(ImageUser(
+            name=name, uid=uid, gid=gid, home=_pick(options, "-d", "--home-dir") or f"/home/{name}",
+            shell=_pick(options, "-s", "--shell") or "/bin/sh",
+            password=_pick(options, "-p", "--password") or "!",
+            create_home=any(o in options for o in ("-m", "--create-home"))))
+    return replace(config, users=tuple(users), groups=tuple(groups))
+
+
+def _merged(text: str, added: list[str], names: set[str], ids: set[str]) -> str:
+    """`text`'s lines without those naming one of `names` (field 1) or `ids` (field 3), then `added`."""
+    kept = [line for line in text.splitlines()
+            if line.split(":")[0] not in names and [*line.split(":"), "", "", ""][2] not in ids]
+    return "\n".join([*kept, *added]) + "\n"
+
+
+def account_files(image: ImageConfig, *, passwd: str, group: str, shadow: str) -> dict[str, str]:
+    """The container's /etc/passwd, /etc/group and /etc/shadow: the host's (the container's root is the
+    host's `/`) with the image's accounts added, replacing any of the same name or id (in an image, useradd
+    would have refused a duplicate)."""
+    users = {u.name for u in image.users}
+    return {
+        "/etc/passwd": _merged(passwd,
+                               [f"{u.name}:x:{u.uid}:{u.gid}::{u.home}:{u.shell}" for u in image.users],
+                               users, {str(u.uid) for u in image.users}),
+        "/etc/group": _merged(group, [f"{g.name}:x:{g.gid}:" for g in image.groups],
+                              {g.name for g in image.groups}, {str(g.gid) for g in image.groups}),
+        "/etc/shadow": _merged(shadow, [f"{u.name}:{u.password}:19000:0:99999:7:::" for u in image.users],
+                               users, set()),
+    }
 
 
 def container_argv(image: ImageConfig, command: Sequence[str] | None,

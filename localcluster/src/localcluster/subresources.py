@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from localcluster.bodies import MAX_BODY, decode_body, read_object
 from localcluster.podconnect import PodConnect
 from localcluster.registry import BY_KEY
 from localcluster.responses import json_response
+from localcluster.runtime.logs import parse_time
 from localcluster.store import Store
 from localcluster.targets import Target, stored
 
@@ -132,16 +134,22 @@ class Subresources:
                 raise st.bad_request("tailLines must be an integer") from None
         follow = q.get("follow") in ("true", "1")
         timestamps = q.get("timestamps") in ("true", "1")
+        since: int | None = None
+        try:
+            if q.get("sinceTime"):
+                since = parse_time(q["sinceTime"])
+            elif q.get("sinceSeconds"):
+                since = time.time_ns() - int(q["sinceSeconds"]) * 10**9
+        except ValueError:
+            raise st.bad_request("sinceTime must be an RFC3339 time, sinceSeconds an integer") from None
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
         await response.prepare(request)
         assert target.namespace is not None and target.name is not None
-        stream = self.runtime.logs(target.namespace, target.name, container, follow=follow, tail_lines=tail)
+        stream = self.runtime.logs(target.namespace, target.name, container, follow=follow, tail_lines=tail,
+                                   timestamps=timestamps, since=since)
         try:
             async for chunk in _until_gone(request, stream):
-                if timestamps:
-                    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
-                    chunk = b"".join(stamp + b" " + line for line in chunk.splitlines(keepends=True))
                 await response.write(chunk)
             await response.write_eof()
         except ConnectionResetError:

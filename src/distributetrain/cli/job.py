@@ -97,6 +97,24 @@ def _request_options(command: F) -> F:
              help="ServiceAccount of job pods (default: no API token mounted)."),
         _opt("--image-pull-policy", type=click.Choice(PULL_POLICIES),
              env="DT_IMAGE_PULL_POLICY", help="Image pull policy of job pods."),
+        _opt("--image-pull-secret", "image_pull_secrets", multiple=True, metavar="SECRET",
+             env="DT_IMAGE_PULL_SECRETS, comma-separated",
+             help="A docker-registry Secret job pods pull their image with. Repeatable."),
+        _opt("--pod-template", metavar="FILE", env="DT_POD_TEMPLATE",
+             help="A PodTemplateSpec YAML every job pod starts from (annotations, env, resources, volumes, "
+                  "imagePullSecrets, priorityClassName, affinity...; docs/real-cluster.md)."),
+        _opt("--worker-template", metavar="FILE", env="DT_WORKER_TEMPLATE",
+             help="The template of the workers, instead of --pod-template."),
+        _opt("--chief-template", metavar="FILE", env="DT_CHIEF_TEMPLATE",
+             help="The template of the chief, instead of --pod-template."),
+        _opt("--cpu-per-gpu", metavar="CPU", env="DT_CPU_PER_GPU", default="2",
+             help="CPU requested per GPU of a job pod (no CPU limit); 0: none."),
+        _opt("--memory-per-gpu", metavar="MEM", env="DT_MEMORY_PER_GPU", default="8Gi",
+             help="Memory requested and limited per GPU of a job pod, /dev/shm added; 0: none."),
+        _opt("--shm-size", metavar="MEM", env="DT_SHM_SIZE", default="1Gi",
+             help="The memory-backed /dev/shm of job containers (NCCL); 0: the runtime's 64 MiB."),
+        _opt("--allow-egress", multiple=True, metavar="CIDR", env="DT_ALLOW_EGRESS, comma-separated",
+             help="Where job pods may connect besides each other and DNS (0.0.0.0/0: anywhere). Repeatable."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
     for option in reversed(options):
@@ -119,6 +137,10 @@ def _spec(params: dict[str, Any]) -> JobSpec:
     tolerations, selectors = args.pop("tolerations"), args.pop("node_selectors")
     args["tolerations"] = list(tolerations) if tolerations else None
     args["node_selector"] = list(selectors) if selectors else None
+    for repeated in ("image_pull_secrets", "allow_egress"):
+        args[repeated] = list(args[repeated]) if args.get(repeated) else None
+    for key in ("dry_run", "output"):
+        args.pop(key, None)
     return JobSpec.from_sources(args, os.environ)
 
 
@@ -144,14 +166,28 @@ def _orchestrator(params: dict[str, Any]) -> Any:
 
 
 @click.command("run", epilog=_FLOW, context_settings={"ignore_unknown_options": False})
+@click.option("--dry-run", is_flag=True,
+              help="Plan against the live cluster and print every object the job would create; "
+                   "create nothing.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="With --dry-run: YAML documents, or a JSON List.")
 @_request_options
-def run_command(**params: Any) -> None:
+def run_command(dry_run: bool, output: str, **params: Any) -> None:
     """Run a whole training job: launch it, stream the chief's log, clean up, exit with the training's code.
 
     \b
     Example:
       distributetrain run --gpus 6 --image registry.example.com/train:1.0 -- python3 /workspace/Train.py
+      distributetrain run --gpus 6 --image registry.example.com/train:1.0 --dry-run -o yaml
     """
+    if dry_run:
+        spec = _spec(params)
+        from distributetrain import dryrun
+
+        objects = dryrun.preview(_kube(params["kubeconfig"], params["context"]), spec,
+                                 owner=ManagerIdentity.from_env(os.environ))
+        sys.stdout.write(dryrun.render(objects, output))
+        return
     sys.exit(_orchestrator(params).run())
 
 
@@ -231,12 +267,11 @@ def wait_command(job: str | None, namespace: str, kubeconfig: str | None, contex
 @_job_options
 def status_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Show JOB's pods (role, node, GPUs, phase, readiness, why) and its other objects."""
-    from distributetrain.cleanup import JOB_KINDS
+    from distributetrain.cleanup import JOB_KINDS, find_job_objects
 
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
-    selector = naming.job_selector(name)
-    found = {kind: kube.list(kind, namespace, label_selector=selector)[0] for kind in JOB_KINDS}
+    found = find_job_objects(kube, job=name, namespace=namespace)
     if not any(found.values()):
         click.echo(f"no objects of job {name} in namespace {namespace}")
         sys.exit(1)

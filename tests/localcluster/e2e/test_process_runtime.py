@@ -528,10 +528,12 @@ async def test_base_image_worker_runs_sshd_reachable_from_another_pod(
     ssh_volume = {"name": "ssh", "secret": {"secretName": "job-ssh", "defaultMode": 0o400}}
     ssh_mount = {"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}
     image = "registry.example.com/distributetrain/base:0.1.0"
+    # the image runs as its non-root account (USER 10001, created by a RUN useradd): with the pods' fsGroup
+    # the kubelet makes the 0400 Secret group-readable (0440) for it
     worker = pod("job-worker-0", "node-1", [{  # no command: the image's ENTRYPOINT and CMD ["worker"]
         "name": "worker", "image": image, "volumeMounts": [ssh_mount],
         "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1}}],
-        volumes=[ssh_volume], restartPolicy="Always")
+        volumes=[ssh_volume], restartPolicy="Always", securityContext={"fsGroup": 10001})
     host.add(worker, "pods")
     await runtime.run_pod(copy.deepcopy(worker))
     await host.wait(lambda: (host.status("job-worker-0").get("containerStatuses") or [{}])[0].get("ready")
@@ -540,14 +542,16 @@ async def test_base_image_worker_runs_sshd_reachable_from_another_pod(
     chief = pod("job-chief", "node-2", [{
         "name": "chief", "image": image, "volumeMounts": [ssh_mount],
         "command": ["/bin/sh", "-c", "cp /etc/distributetrain/ssh/id_ed25519 /tmp/k && chmod 600 /tmp/k && "
-                    f"ssh -i /tmp/k -p 2222 -o StrictHostKeyChecking=no -o BatchMode=yes root@{worker_ip} "
-                    "'hostname; ip -4 -o addr show eth0'"]}], volumes=[ssh_volume])
+                    f"ssh -i /tmp/k -p 2222 -o StrictHostKeyChecking=no -o BatchMode=yes trainer@{worker_ip} "
+                    "'hostname; id -un; ip -4 -o addr show eth0'"]}], volumes=[ssh_volume],
+        securityContext={"fsGroup": 10001})
     host.add(chief, "pods")
     await runtime.run_pod(copy.deepcopy(chief))
     await host.wait(lambda: phase(host, "job-chief") in ("Succeeded", "Failed"), timeout=60)
     out = await read_logs(runtime, "job-chief", "chief")
     assert phase(host, "job-chief") == "Succeeded", out + await read_logs(runtime, "job-worker-0", "worker")
     assert "job-worker-0" in out.splitlines() and f"inet {worker_ip}/16" in out
+    assert "trainer" in out.splitlines()  # the account the image's RUN created, in the container only
 
 
 NON_ROOT_SCRIPT = """
@@ -690,7 +694,7 @@ async def test_horovod_gloo_across_two_pods(cluster: tuple[ProcessRuntime, Stand
     probe = {"tcpSocket": {"port": 2222}, "periodSeconds": 1}
     worker = pod("hvd-worker-0", "node-1", [{"name": "worker", "image": image, "volumeMounts": mounts,
                                              "readinessProbe": probe}],
-                 volumes=volumes, restartPolicy="Always")
+                 volumes=volumes, restartPolicy="Always", securityContext={"fsGroup": 10001})
     host.add(worker, "pods")
     await runtime.run_pod(copy.deepcopy(worker))
     await host.wait(lambda: (host.status("hvd-worker-0").get("containerStatuses") or [{}])[0].get("ready")
@@ -700,7 +704,8 @@ async def test_horovod_gloo_across_two_pods(cluster: tuple[ProcessRuntime, Stand
               f"horovodrun -np 3 -H {worker_ip}:2,hvd-chief:1 -p 2222 --ssh-identity-file /tmp/key --gloo "
               "--network-interface eth0 python /code/allreduce.py")
     chief = pod("hvd-chief", "node-2", [{"name": "chief", "image": image, "volumeMounts": mounts,
-                                         "command": ["/bin/sh", "-c", launch]}], volumes=volumes)
+                                         "command": ["/bin/sh", "-c", launch]}], volumes=volumes,
+                securityContext={"fsGroup": 10001})
     host.add(chief, "pods")
     await runtime.run_pod(copy.deepcopy(chief))
     await host.wait(lambda: phase(host, "hvd-chief") in ("Succeeded", "Failed"), timeout=300)

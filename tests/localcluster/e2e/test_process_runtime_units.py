@@ -3,6 +3,8 @@ No root, no processes."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -12,11 +14,13 @@ from localcluster.images import (
     ImageConfig,
     ImageMapping,
     ImageRegistry,
+    account_files,
     container_argv,
     image_path,
     parse_dockerfile,
 )
 from localcluster.runtime import podstatus as ps
+from localcluster.runtime.logs import LineReader, LineTimes, format_time, parse_time, render
 from localcluster.runtime.netns import (
     AddressPool,
     choose_second_octet,
@@ -31,6 +35,7 @@ from localcluster.runtime.podenv import (
     pod_hostname,
 )
 from localcluster.runtime.probes import ProbeTiming, ProbeTracker
+from localcluster.runtime.volumes import set_ownership
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -246,3 +251,66 @@ def test_pod_addresses_per_node() -> None:
     assert (first, second, pool.node_ip(3)) == ("10.244.3.2", "10.244.3.3", "10.244.3.1")
     pool.release(first)
     assert pool.allocate(3) == first
+
+
+# ---- accounts a Dockerfile's RUN creates; fsGroup on volumes; log line times ------------------------------
+def test_the_accounts_a_run_creates_are_kept(tmp_path: Path) -> None:
+    text = """\
+FROM ubuntu:22.04
+RUN apt-get update && groupadd --gid 10001 trainer \\
+ && useradd --no-log-init --uid 10001 --gid 10001 --create-home --home-dir /home/trainer --shell /bin/bash \\
+      --password '*' trainer
+RUN useradd -u 2000 -M plain; useradd --system svc
+"""
+    config = parse_dockerfile(text, name="x", dockerfile=tmp_path / "Dockerfile", context=tmp_path)
+    trainer, plain, svc = config.users
+    assert (trainer.name, trainer.uid, trainer.gid, trainer.home, trainer.shell, trainer.password,
+            trainer.create_home) == ("trainer", 10001, 10001, "/home/trainer", "/bin/bash", "*", True)
+    # Debian's defaults: a group of the user's name, /home/NAME, /bin/sh, a locked password
+    assert (plain.uid, plain.gid, plain.home, plain.shell, plain.password, plain.create_home) == \
+        (2000, 2000, "/home/plain", "/bin/sh", "!", False)
+    assert svc.name == "svc" and svc.uid not in (10001, 2000)
+    assert [g.name for g in config.groups] == ["trainer", "plain", "svc"]
+    files = account_files(config, passwd="root:x:0:0:root:/root:/bin/bash\nold:x:2000:2000::/old:/bin/sh\n",
+                          group="root:x:0:\n", shadow="root:*:19000:0:99999:7:::\n")
+    passwd = files["/etc/passwd"].splitlines()
+    assert passwd[0].startswith("root:") and not any(line.startswith("old:") for line in passwd)  # same uid
+    assert "trainer:x:10001:10001::/home/trainer:/bin/bash" in passwd
+    assert "trainer:*:19000:0:99999:7:::" in files["/etc/shadow"].splitlines()
+    assert "trainer:x:10001:" in files["/etc/group"].splitlines()
+    base = ImageRegistry.default(REPO).resolve("distributetrain/base:0.1.0")
+    assert [(u.name, u.uid, u.password) for u in base.users] == [("trainer", 10001, "*")]
+    assert base.user == "10001:10001"
+
+
+def test_fs_group_makes_volume_files_the_groups(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("chown to another group needs root")
+    secret = tmp_path / "secret"
+    (secret / "sub").mkdir(parents=True)
+    (secret / "id_ed25519").write_text("key")
+    os.chmod(secret / "id_ed25519", 0o400)
+    set_ownership(secret, 10001, read_only=True)
+    key = (secret / "id_ed25519").stat()
+    assert (key.st_gid, stat.S_IMODE(key.st_mode)) == (10001, 0o440)  # 0400 becomes 0440, as the kubelet's
+    assert stat.S_IMODE((secret / "sub").stat().st_mode) & (stat.S_ISGID | 0o050) == stat.S_ISGID | 0o050
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "f").write_text("x")
+    os.chmod(scratch / "f", 0o600)
+    set_ownership(scratch, 10001, read_only=False)
+    assert stat.S_IMODE((scratch / "f").stat().st_mode) == 0o660
+
+
+def test_line_times_are_fixed_once_given() -> None:
+    times = LineTimes()
+    reader = LineReader(times)
+    assert [line for _, line in reader.feed(b"a\nb\npart")] == [b"a\n", b"b\n"]
+    first = list(times.times)
+    again = LineReader(times)
+    lines = again.feed(b"a\nb\npartial\n")
+    assert times.times[:2] == first and len(times.times) == 3
+    assert render(lines, times, timestamps=False, since=times.times[2]) == b"partial\n"
+    stamped = render(lines[:1], times, timestamps=True, since=None)
+    assert stamped.endswith(b" a\n") and parse_time(stamped.split(b" ")[0].decode()) == times.times[0]
+    assert format_time(1795317448 * 10**9 + 5) == b"2026-11-22T03:17:28.000000005Z"

@@ -78,8 +78,11 @@ class PodRuntime(Protocol):
         ...
 
     def logs(self, namespace: str, name: str, container: str, *, follow: bool,
-             tail_lines: int | None) -> AsyncIterator[bytes]:
-        """The container's log; with `follow`, keep yielding until the container ends."""
+             tail_lines: int | None, timestamps: bool = False,
+             since: int | None = None) -> AsyncIterator[bytes]:
+        """The container's log; with `follow`, keep yielding until the container ends. `timestamps`: each line
+        prefixed with its time (RFC3339, 9 fraction digits) and a space; `since` (ns since the epoch): only
+        lines from then on."""
         ...
 
     async def fail_node(self, node: str) -> None:

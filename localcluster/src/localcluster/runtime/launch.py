@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localcluster.images import DEFAULT_PATH, ImageConfig, ImageRegistry, container_argv
+from localcluster.images import DEFAULT_PATH, ImageConfig, ImageRegistry, account_files, container_argv
 from localcluster.podresources import GPU_RESOURCE
 from localcluster.quantity import parse_count
 from localcluster.runtime.base import RuntimeHost
@@ -118,7 +118,7 @@ class Launcher:
         ContainerConfigError (runAsNonRoot as root), InvalidInput (an unusable image mapping) or ValueError
         (nothing to run)."""
         image = self.images.resolve(ctr.spec.get("image", ""))
-        user = run_as(run.pod, ctr.spec, image_user=image.user)
+        user = run_as(run.pod, ctr.spec, image_user=image.user, users=image.users)
         image_env, base = self._base_env(run, ctr, image, user)
         node = self.host.get("nodes", None, run.node) or {}
         env = container_env(pod=run.pod, container=ctr.spec, get=self.host.get, image_env=image_env,
@@ -136,13 +136,18 @@ class Launcher:
         pause = run.net.pause.pid if run.net is not None else 0
         # in a user namespace only root is mapped: the container keeps the (unprivileged) caller's user
         switch = self.isolate and not self.user_namespace
+        files = [[str(f.source), f.dest, f.mode] for f in image.files]
+        if switch and (image.users or image.groups):
+            accounts, homes = _accounts(image, ctr.directory)
+            files += accounts
+            mounts += homes
         namespaces = (["user"] if self.user_namespace else []) + ["uts", "ipc"]
         namespaces += ["net"] if self.netns else []
         return {
             "namespaces": [f"/proc/{pause}/ns/{ns}" for ns in namespaces] if self.isolate else [],
             "isolate": self.isolate, "user_namespace": self.user_namespace,
             "scratch": str(ctr.directory / "rootfs"), "fresh_sysfs": self.netns,
-            "image_files": [[str(f.source), f.dest, f.mode] for f in image.files],
+            "image_files": files,
             "mounts": [[m.source, m.dest, m.read_only] for m in mounts],
             "workdir": ctr.spec.get("workingDir") or image.workdir or "/",
             "shm_bytes": shm_bytes(m.dest for m in mounts),
@@ -152,6 +157,32 @@ class Launcher:
             "reveal": image_directories([os.path.dirname(self.venv_bin)]) if switch and not user.is_root
             else [],
         }
+
+
+def _accounts(image: ImageConfig, directory: Path) -> tuple[list[list[Any]], list[Mount]]:
+    """The accounts the image's RUN steps create: /etc/passwd, /etc/group and /etc/shadow with them added,
+    copied into the container's root (its overlay; the host's files never change), and for each account
+    created with a home (useradd -m) a directory it owns, mounted there."""
+    etc = directory / "etc"
+    etc.mkdir(parents=True, exist_ok=True)
+    current = {path: Path(path).read_text() if os.access(path, os.R_OK) else ""
+               for path in ("/etc/passwd", "/etc/group", "/etc/shadow")}
+    files: list[list[Any]] = []
+    for path, text in account_files(image, passwd=current["/etc/passwd"], group=current["/etc/group"],
+                                    shadow=current["/etc/shadow"]).items():
+        source = etc / os.path.basename(path)
+        source.write_text(text)
+        mode = 0o640 if path == "/etc/shadow" else 0o644
+        files.append([str(source), path, mode])
+    homes = []
+    for user in image.users:
+        if user.create_home:
+            home = directory / "homes" / user.name
+            home.mkdir(parents=True, exist_ok=True)
+            os.chown(home, user.uid, user.gid)
+            os.chmod(home, 0o750)
+            homes.append(Mount(str(home), user.home))
+    return files, homes
 
 
 def _gpu_limit(container: dict[str, Any]) -> Any:

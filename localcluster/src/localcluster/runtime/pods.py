@@ -27,6 +27,8 @@ class ContainerRun:
     gpus: list[int] = field(default_factory=list)
     probe_tasks: list[asyncio.Future[None]] = field(default_factory=list)
     killed_by_node_loss: bool = False
+    # each start's log line times (logs.LineTimes), fixed when a line is first read
+    line_times: dict[int, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

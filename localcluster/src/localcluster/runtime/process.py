@@ -153,13 +153,15 @@ class ProcessRuntime:
         self.pods.pop(run.uid, None)
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
-                   tail_lines: int | None) -> AsyncIterator[bytes]:
+                   tail_lines: int | None, timestamps: bool = False,
+                   since: int | None = None) -> AsyncIterator[bytes]:
         run = next((r for r in reversed(self.pods.values()) if (r.namespace, r.name) == (namespace, name)),
                    None)
         ctr = run.container(container) if run is not None else None
         if run is None or ctr is None:
             return
-        stream = container_log(run, ctr, follow=follow, tail_lines=tail_lines)
+        stream = container_log(run, ctr, follow=follow, tail_lines=tail_lines, timestamps=timestamps,
+                               since=since)
         async with contextlib.aclosing(stream) as chunks:  # the log file closes with the client's stream
             async for chunk in chunks:
                 yield chunk

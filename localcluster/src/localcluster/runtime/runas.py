@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import pwd
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localcluster.images import REPO_ROOT
+from localcluster.images import REPO_ROOT, ImageUser
 
 
 class ContainerConfigError(Exception):
@@ -52,8 +52,12 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _home(uid: int) -> str:
-    """HOME as the kubelet sets it: the user's home in the image's /etc/passwd, else /."""
+def _home(uid: int, users: Sequence[ImageUser] = ()) -> str:
+    """HOME as the kubelet sets it: the user's home in the image's /etc/passwd (the accounts its RUN steps
+    created, then the host's, which stands in for the rest of the image), else /."""
+    for user in users:
+        if user.uid == uid:
+            return user.home
     try:
         return pwd.getpwuid(uid).pw_dir or "/"
     except KeyError:
@@ -68,7 +72,8 @@ def _image_user(user: str) -> tuple[int | None, int | None, str | None]:
     return uid, gid, (name if name and uid is None else None)
 
 
-def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: str = "") -> RunAs:
+def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: str = "",
+           users: Sequence[ImageUser] = ()) -> RunAs:
     """The user, groups and no_new_privs of one container. Raises ContainerConfigError as the kubelet does
     for a runAsNonRoot container that would run as root."""
     pod_ctx, ctr_ctx = _context(pod.get("spec") or {}), _context(container)
@@ -82,20 +87,23 @@ def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: 
         if non_root:
             raise ContainerConfigError(f"container has runAsNonRoot and image has non-numeric user "
                                        f"({image_name}), cannot verify user is non-root {where}")
+        own = next((u for u in users if u.name == image_name), None)
         try:
-            entry = pwd.getpwnam(image_name)
+            entry = (own.uid, own.gid) if own else pwd.getpwnam(image_name)[2:4]
+            found = (int(entry[0]), int(entry[1]))
         except KeyError as e:
             raise ContainerConfigError(f"unable to find user {image_name}: no matching entries in passwd "
                                        "file") from e
-        uid, image_gid = entry.pw_uid, image_gid if image_gid is not None else entry.pw_gid
+        uid, image_gid = found[0], image_gid if image_gid is not None else found[1]
     if uid is None:
         uid = image_uid if image_uid is not None else 0
     if non_root and uid == 0:
         raise ContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
     gid = _first(ctr_ctx.get("runAsGroup"), pod_ctx.get("runAsGroup"), image_gid)
     if gid is None:
+        own = next((u for u in users if u.uid == int(uid)), None)
         try:
-            gid = pwd.getpwuid(int(uid)).pw_gid
+            gid = own.gid if own else pwd.getpwuid(int(uid)).pw_gid
         except KeyError:
             gid = 0
     groups = [int(g) for g in pod_ctx.get("supplementalGroups") or []]
@@ -103,7 +111,7 @@ def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: 
         groups.append(int(pod_ctx["fsGroup"]))
     no_new_privs = ctr_ctx.get("allowPrivilegeEscalation") is False
     return RunAs(uid=int(uid), gid=int(gid), groups=tuple(dict.fromkeys(groups)), no_new_privs=no_new_privs,
-                 home=_home(int(uid)))
+                 home=_home(int(uid), users))
 
 
 def image_directories(extra: Iterable[str] = ()) -> list[str]:

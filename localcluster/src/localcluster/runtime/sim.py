@@ -4,7 +4,7 @@ only for pods told to exit later), and steerable by tests.
 - A bound pod becomes Running at once with a pod IP from its node's 10.244.N.0/24 (never contacted) and Ready,
   unless a Behavior says otherwise.
 - Test hooks (all coroutines, run them on the cluster loop, e.g. `cluster.call(rt.exit_container(...))`):
-  `exit_container`, `set_ready`, `append_log`, `fail_node`.
+  `exit_container`, `set_ready`, `append_log`, `rotate_log`, `fail_node`.
 - Events as a kubelet records them: Pulled, Created, Started per container when a pod starts (and when a
   container restarts), Killing when it is deleted.
 - `behaviors`: `[(predicate(pod) -> bool, Behavior(...)), ...]`; the first match applies when the pod starts.
@@ -24,6 +24,7 @@ from typing import Any
 
 from localcluster.runtime import kubeletevents as ke
 from localcluster.runtime.base import RuntimeHost
+from localcluster.runtime.logs import MemoryLog as _Log
 
 Obj = dict[str, Any]
 Predicate = Callable[[Obj], bool]
@@ -39,25 +40,6 @@ class Behavior:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class _Log:
-    chunks: list[bytes] = field(default_factory=list)
-    closed: bool = False
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def append(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self._wake()
-
-    def close(self) -> None:
-        self.closed = True
-        self._wake()
-
-    def _wake(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
 
 
 @dataclass
@@ -212,22 +194,13 @@ class SimRuntime:
                 log.close()
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
-                   tail_lines: int | None) -> AsyncIterator[bytes]:
+                   tail_lines: int | None, timestamps: bool = False,
+                   since: int | None = None) -> AsyncIterator[bytes]:
         log = self._logs.get((namespace, name, container))
         if log is None:
             return
-        data = b"".join(log.chunks)
-        if tail_lines is not None:
-            lines = data.splitlines(keepends=True)
-            data = b"".join(lines[-tail_lines:]) if tail_lines > 0 else b""
-        sent = len(log.chunks)
-        if data:
-            yield data
-        while follow and not log.closed:
-            await log.changed.wait()
-            if sent < len(log.chunks):
-                yield b"".join(log.chunks[sent:])
-                sent = len(log.chunks)
+        async for chunk in log.read(follow=follow, tail_lines=tail_lines, timestamps=timestamps, since=since):
+            yield chunk
 
     async def fail_node(self, node: str) -> None:
         assert self.host is not None
@@ -302,6 +275,12 @@ class SimRuntime:
         for c in sim.containers:
             if container is None or c.name == container:
                 self._log((namespace, name), c.name).append(text.encode())
+
+    async def rotate_log(self, namespace: str, name: str, container: str | None = None) -> None:
+        """Test hook: the kubelet rotates the container's log; readers from now on see only later lines."""
+        for (ns, pod, ctr), log in self._logs.items():
+            if (ns, pod) == (namespace, name) and container in (None, ctr):
+                log.rotate()
 
     def running(self) -> list[tuple[str, str]]:
         """(namespace, name) of every pod the runtime holds."""

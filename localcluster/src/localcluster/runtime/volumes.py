@@ -5,7 +5,10 @@ projected, the service-account token), except hostPath (the host path itself) an
 directory per claim under the cluster's state dir, kept across pods until `localcluster down`; the claim must
 exist). A memory-backed emptyDir is a tmpfs (runtime/tmpfs.py). The sandbox (runtime/sandbox.py) bind-mounts
 them inside the container's private mount namespace. Secret and configMap contents are written when the pod
-starts and not refreshed afterwards.
+starts and not refreshed afterwards. With the pod's `fsGroup`, a volume's files belong to that group and are
+group-readable (secret, configMap, downwardAPI, projected) or readable and writable (emptyDir,
+persistentVolumeClaim), directories setgid, as the kubelet's SetVolumeOwnership makes them: a non-root
+container reads a Secret mounted with mode 0400 through its group, the mode becoming 0440.
 """
 
 from __future__ import annotations
@@ -124,12 +127,14 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
     target = pod_dir / "volumes" / volume["name"]
     if "hostPath" in volume:
         return _host_path(volume["hostPath"])
+    fs_group = ((ctx.pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
     if "persistentVolumeClaim" in volume:
         name = volume["persistentVolumeClaim"]["claimName"]
         if get("persistentvolumeclaims", namespace, name) is None:
             raise NotReadyYet(f'persistentvolumeclaim "{name}" not found')
         claim = claims_dir / namespace / name
         claim.mkdir(parents=True, exist_ok=True)
+        set_ownership(claim, fs_group, read_only=False)
         return str(claim)
     files: dict[str, bytes] = {}
     modes: dict[str, int] = {}
@@ -168,7 +173,27 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
         mount_tmpfs(target, memory_volume_bytes(volume, ctx.pod, ctx.allocatable.get("memory")))
     os.chmod(target, 0o777 if "emptyDir" in volume else 0o755)
     _write(target, files, modes, default_mode)
+    set_ownership(target, fs_group, read_only="emptyDir" not in volume)
     return str(target)
+
+
+_RW_MASK, _RO_MASK, _EXEC_MASK = 0o660, 0o440, 0o110
+
+
+def set_ownership(root: Path, fs_group: Any, *, read_only: bool) -> None:
+    """The kubelet's SetVolumeOwnership (pkg/volume/volume_linux.go): every file and directory gets group
+    `fs_group`, its mode OR the group's read (and write, unless `read_only`) bits; directories also setgid
+    and group-executable. Only as root (chown to another group needs it); nothing without an fsGroup."""
+    if fs_group is None or os.geteuid() != 0:
+        return
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chown(path, -1, int(fs_group))
+        mode = stat.S_IMODE(os.stat(path).st_mode) | (_RO_MASK if read_only else _RW_MASK)
+        if path.is_dir():
+            mode |= stat.S_ISGID | _EXEC_MASK
+        os.chmod(path, mode)
 
 
 def _host_path(source: Mapping[str, Any]) -> str:
