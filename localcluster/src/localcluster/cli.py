@@ -92,8 +92,12 @@ def main() -> None:
                    "label differs from the node's name as on EKS.")
 @click.option("--no-network-policy", is_flag=True,
               help="Do not enforce NetworkPolicy (process runtime), like a network plugin without it.")
+@click.option("--volume-refresh", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS",
+              help="How often a running pod's Secret/ConfigMap volumes take updates (process runtime), as "
+                   "the kubelet's sync period; 0: never.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
-       pod_security: str, hostname_label_suffix: str, no_network_policy: bool) -> None:
+       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -112,7 +116,7 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
-                                   network_policy=not no_network_policy)
+                                   network_policy=not no_network_policy, volume_refresh=volume_refresh)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

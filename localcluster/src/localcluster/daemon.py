@@ -43,7 +43,8 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
-                  hostname_label_suffix: str = "", network_policy: bool = True) -> list[str]:
+                  hostname_label_suffix: str = "", network_policy: bool = True,
+                  volume_refresh: float | None = None) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -52,6 +53,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
     if hostname_label_suffix:
         command += ["--hostname-label-suffix", hostname_label_suffix]
     command += [] if gpu_taint else ["--no-gpu-taint"]
+    if volume_refresh is not None:
+        command += ["--volume-refresh", f"{volume_refresh:g}"]
     return command if network_policy else [*command, "--no-network-policy"]
 
 
