@@ -43,7 +43,8 @@ RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps
 
 @dataclass(frozen=True)
 class Request:
-    """One API request. `verb` is what Kube.requests counts it as (list, watch, get, create, delete, log);
+    """One API request. `verb` is what Kube.requests counts it as (list, watch, get, create, patch, delete,
+    log);
     `what` names it in errors and log lines ("create pods default/job-worker-0")."""
 
     verb: str
@@ -52,6 +53,7 @@ class Request:
     what: str
     query: tuple[tuple[str, str], ...] = ()
     body: Mapping[str, Any] | None = None
+    content_type: str = "application/json"
 
 
 def path(resource: str, namespace: str | None = None, name: str | None = None,
@@ -100,6 +102,12 @@ def create_request(body: Mapping[str, Any]) -> Request:
     meta = body["metadata"]
     return Request("create", "POST", path(resource, meta["namespace"]),
                    f"create {resource} {meta['namespace']}/{meta['name']}", body=body)
+
+
+def patch_request(resource: str, namespace: str, name: str, patch: Mapping[str, Any]) -> Request:
+    """A JSON merge patch (RFC 7386): the fields given replace the object's, the rest stays."""
+    return Request("patch", "PATCH", path(resource, namespace, name), f"patch {resource} {namespace}/{name}",
+                   body=patch, content_type="application/merge-patch+json")
 
 
 def delete_request(resource: str, namespace: str, name: str, *, grace_seconds: int | None = None,
