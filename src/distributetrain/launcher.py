@@ -5,6 +5,10 @@ key (ssh.py; names the worker that never answered, exit 73) -> put the chief's o
 first in the final hostfile, so rank 0 runs here and its log is the chief's log -> run horovodrun with
 the user's command, streaming its output -> exit with the training's exit code.
 
+Elastic jobs (DT_MIN_PROCESSES): horovodrun runs Horovod elastic, its hosts from discovery.py's script over
+the hostfile the manager keeps current. Restart jobs (DT_RESTARTS): a training that failed because a worker
+was lost is relaunched once the manager replaced it (relaunch.py), resuming from its checkpoint.
+
 The pure parts (parsing, merging, the horovodrun argv, reading horovodrun's failure report) are separate
 functions with unit tests; `main` does the I/O.
 """
@@ -29,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import fieldparsers, hostfile, naming, ssh
+from distributetrain import discovery, fieldparsers, naming, relaunch, ssh
+from distributetrain.discovery import Elastic
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
@@ -62,6 +67,11 @@ class Settings:
     ssh_connect_timeout: float
     start_timeout: float
     command: tuple[str, ...]
+    min_processes: int | None = None   # elastic: horovodrun --min-np (None: not elastic)
+    max_processes: int | None = None
+    elastic_timeout: float = 600.0
+    restarts: int = 0                  # restart job: relaunches after a lost worker
+    restart_wait: float = 780.0        # how long to wait for the manager's replacements
 
 
 def render_hostfile(hosts: Iterable[HostSlots]) -> str:
@@ -108,16 +118,19 @@ def horovodrun_argv(
     network_interface: str | None,
     start_timeout: float,
     command: Sequence[str],
+    elastic: Elastic | None = None,
 ) -> list[str]:
-    """The horovodrun command line. `--disable-cache`: ssh was just checked; a cached "reachable" is stale."""
+    """The horovodrun command line. `--disable-cache`: ssh was just checked; a cached "reachable" is stale.
+    Elastic: the discovery script and --min-np/--max-np instead of the hostfile."""
     if transport not in TRANSPORTS:
         raise InvalidInput(f"transport: {transport!r} is not one of {', '.join(TRANSPORTS)}")
     if num_proc < 1:
         raise InvalidInput(f"horovod processes: {num_proc} asked, at least 1 is needed")
     if not command:
         raise InvalidInput("command: empty; give the training command after `--`")
+    hosts = ["--hostfile", str(hostfile)] if elastic is None else discovery.horovodrun_args(elastic)
     argv = [
-        horovodrun, "-np", str(num_proc), "--hostfile", str(hostfile), "-p", str(ssh_port),
+        horovodrun, "-np", str(num_proc), *hosts, "-p", str(ssh_port),
         "--ssh-identity-file", str(identity_file), f"--{transport}",
         "--start-timeout", str(max(1, round(start_timeout))), "--disable-cache",
     ]
@@ -218,6 +231,18 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--ssh-connect-timeout", default="10", help="bound of one ssh attempt")
     parser.add_argument("--start-timeout", default=env.get(naming.ENV_START_TIMEOUT) or "120",
                         help="horovodrun's --start-timeout")
+    parser.add_argument("--min-processes", type=int,
+                        default=_env_int(env, naming.ENV_MIN_PROCESSES, 0) or None,
+                        help="elastic Horovod: the fewest processes to train on (horovodrun --min-np)")
+    parser.add_argument("--max-processes", type=int,
+                        default=_env_int(env, naming.ENV_MAX_PROCESSES, 0) or None,
+                        help="elastic: the most processes (horovodrun --max-np; default: --num-processes)")
+    parser.add_argument("--elastic-timeout", default=env.get(naming.ENV_ELASTIC_TIMEOUT) or "600",
+                        help="elastic: how long Horovod waits for its minimum (horovodrun --elastic-timeout)")
+    parser.add_argument("--restarts", type=int, default=_env_int(env, naming.ENV_RESTARTS, 0),
+                        help="relaunch a training whose worker was lost up to this many times")
+    parser.add_argument("--restart-wait", default=env.get(naming.ENV_RESTART_WAIT) or "780",
+                        help="how long to wait for the manager's replacement workers before a relaunch")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
     try:
@@ -235,6 +260,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         ssh_delay=parse_duration(args.ssh_delay, name="ssh delay"),
         ssh_connect_timeout=parse_duration(args.ssh_connect_timeout, name="ssh connect timeout"),
         start_timeout=parse_duration(args.start_timeout, name="start timeout"), command=command,
+        min_processes=args.min_processes, max_processes=args.max_processes,
+        elastic_timeout=parse_duration(args.elastic_timeout, name="elastic timeout"),
+        restarts=args.restarts, restart_wait=parse_duration(args.restart_wait, name="restart wait"),
     )
 
 
@@ -261,7 +289,7 @@ def _wait_for_workers(workers: Sequence[HostSlots], settings: Settings, user: st
         )
 
 
-def _ssh_wrapper(work: Path) -> Path:
+def _ssh_wrapper(work: Path, *, aliases: bool = False) -> Path:
     """A `ssh` first on PATH for horovodrun: its own known_hosts (pod host keys are new each job, and a
     user's ~/.ssh is not ours to write) and keepalives, so a worker whose node vanished without a TCP reset is
     noticed within ~15 s instead of hanging the whole job."""
@@ -270,7 +298,8 @@ def _ssh_wrapper(work: Path) -> Path:
         raise InvalidInput("ssh: no ssh client on PATH; the base image installs openssh-client")
     config = work / "ssh_config"
     config.write_text(
-        "Host *\n"
+        (f"Include {work / discovery.ALIASES_FILE}\n" if aliases else "")  # elastic: pod names -> addresses
+        + "Host *\n"
         f"  UserKnownHostsFile {work / 'known_hosts'}\n"
         "  GlobalKnownHostsFile /dev/null\n"
         "  IdentitiesOnly yes\n"
@@ -319,14 +348,7 @@ def _stream(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, Failure |
 
 
 def run(settings: Settings, env: Mapping[str, str]) -> int:
-    if settings.hostfile.exists():
-        try:
-            workers: Sequence[HostSlots] = hostfile.parse(settings.hostfile.read_text())
-        except InvalidInput as err:
-            raise InvalidInput(f"{settings.hostfile}: {err}") from None
-    else:
-        log.warning("no hostfile at %s: training on this pod only", settings.hostfile)
-        workers = ()
+    launched, workers = _read_hostfile(settings.hostfile)
     hosts = with_chief(workers, pod_ip=settings.pod_ip, slots=settings.slots)
     num_proc = check_total(hosts, settings.num_processes)
     user = pwd.getpwuid(os.getuid()).pw_name
@@ -336,21 +358,48 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     with tempfile.TemporaryDirectory(prefix="distributetrain-launcher-") as tmp:
         work = Path(tmp)
         final = work / "hostfile"
-        final.write_text(render_hostfile(hosts))
-        argv = horovodrun_argv(
-            horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
-            identity_file=settings.identity_file, transport=settings.transport,
-            network_interface=settings.network_interface, start_timeout=settings.start_timeout,
-            command=settings.command,
-        )
+        elastic = None if settings.min_processes is None else discovery.setup(
+            work, python=sys.executable, hostfile_path=settings.hostfile,
+            chief=HostSlots(settings.pod_ip, settings.slots), min_processes=settings.min_processes,
+            max_processes=settings.max_processes or num_proc, timeout=settings.elastic_timeout)
         child_env = dict(env)
         # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
         # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        child_env["PATH"] = f"{_ssh_wrapper(work)}{os.pathsep}{env.get('PATH', os.defpath)}"
-        log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
-        log.info("starting: %s", shlex.join(argv))
-        code, failure = _stream(argv, child_env)
+        bindir = _ssh_wrapper(work, aliases=elastic is not None)
+        child_env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
+        if elastic is not None:
+            child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form
+
+        def launch(hosts: Sequence[HostSlots]) -> int:
+            final.write_text(render_hostfile(hosts))
+            argv = horovodrun_argv(
+                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                identity_file=settings.identity_file, transport=settings.transport,
+                network_interface=settings.network_interface or (elastic.interface if elastic else None),
+                start_timeout=settings.start_timeout, command=settings.command, elastic=elastic,
+            )
+            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+            log.info("starting: %s", shlex.join(argv))
+            return _report(*_stream(argv, child_env), hosts, num_proc)
+
+        if not settings.restarts:
+            return launch(hosts)
+        relauncher = relaunch.Relauncher(
+            hostfile_path=settings.hostfile, ssh_port=settings.ssh_port, identity_file=settings.identity_file,
+            user=user, chief=HostSlots(settings.pod_ip, settings.slots), processes=num_proc,
+            restarts=settings.restarts, wait=settings.restart_wait)
+        return relauncher.run(launch, child_env, launched=launched, workers=workers)
+
+
+def _read_hostfile(path: Path) -> tuple[str, list[HostSlots]]:
+    if not path.exists():
+        log.warning("no hostfile at %s: training on this pod only", path)
+    return relaunch.read(path)
+
+
+def _report(code: int, failure: Failure | None, hosts: Sequence[HostSlots], num_proc: int) -> int:
+    """Log how horovodrun ended; return the training's exit code."""
     result = exit_code_for(code, failure)
     if failure is not None:
         log.error("rank %d on %s exited with %d; the training failed with exit code %d", failure.rank,
