@@ -34,11 +34,13 @@ RESOURCES: dict[str, Resource] = {
     "configmaps": Resource("/api/v1", "configmaps"),
     "networkpolicies": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
     "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
+    "events": Resource("/api/v1", "events"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
-                    "NetworkPolicy": "networkpolicies"}
+                    "NetworkPolicy": "networkpolicies", "Event": "events"}
+MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Request:
     what: str
     query: tuple[tuple[str, str], ...] = ()
     body: Mapping[str, Any] | None = None
+    content_type: str = "application/json"
 
 
 def path(resource: str, namespace: str | None = None, name: str | None = None,
@@ -113,6 +116,12 @@ def delete_request(resource: str, namespace: str, name: str, *, grace_seconds: i
         options["preconditions"] = {"uid": uid}
     return Request("delete", "DELETE", path(resource, namespace, name),
                    f"delete {resource} {namespace}/{name}", body=options)
+
+
+def merge_patch_request(resource: str, namespace: str, name: str, patch: Mapping[str, Any]) -> Request:
+    """A JSON merge patch (RFC 7386) of one object: e.g. labels and annotations, leaving the rest alone."""
+    return Request("patch", "PATCH", path(resource, namespace, name), f"patch {resource} {namespace}/{name}",
+                   body=patch, content_type=MERGE_PATCH)
 
 
 def watch_request(resource: str, namespace: str | None, *, resource_version: str, label_selector: str | None,
