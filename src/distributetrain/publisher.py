@@ -84,6 +84,11 @@ class Publisher(threading.Thread):
             self._cond.notify()
         if self.is_alive():
             self.join(timeout)
+        with self._cond:  # what is still pending is dropped: the thread ends after its current request
+            self.dropped += len(self._events)
+            self._events.clear()
+            self._meta_sent = self._meta
+            self._state_written = self._state
 
     # ---- the thread ---------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -92,35 +97,35 @@ class Publisher(threading.Thread):
         while True:
             with self._cond:
                 while True:
-                    now = self._clock()
-                    events, meta, state = self._due(now)
-                    if events or meta is not None or state is not None:
+                    state, work = self._due(self._clock())
+                    if state is not None or work is not None:
                         break
                     if self._closing:
                         return
-                    self._cond.wait(self._wait(now))
-            for body in events:
-                self._send_event(body)
+                    self._cond.wait(self._wait(self._clock()))
+            # the state file first, and one API write at a time: a slow or failing API server never holds
+            # back the metrics
             if state is not None:
                 self._write_state(state)
-            if meta is not None:
-                self._patch(meta)
+            if work is not None:
+                work()
 
-    def _due(self, now: float) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str | None]:
-        """What to send now (called under the lock), marking it taken."""
-        events = list(self._events)
-        self._events.clear()
-        meta = None
-        if self._meta is not None and self._meta != self._meta_sent and (
-                self._meta_urgent or self._closing or now >= self._meta_at + self.patch_interval):
-            meta = self._meta_sent = self._meta
-            self._meta_urgent, self._meta_at = False, now
+    def _due(self, now: float) -> tuple[str | None, Callable[[], None] | None]:
+        """The state to write and the one API write to make now, if any (under the lock; marks them taken)."""
         state = None
         if self._state is not None and self._state != self._state_written and (
                 self._state_urgent or self._closing or now >= self._state_at + STATE_INTERVAL):
             state = self._state_written = self._state
             self._state_urgent, self._state_at = False, now
-        return events, meta, state
+        if self._events:
+            body = self._events.popleft()
+            return state, lambda: self._send_event(body)
+        if self._meta is not None and self._meta != self._meta_sent and (
+                self._meta_urgent or self._closing or now >= self._meta_at + self.patch_interval):
+            meta = self._meta_sent = self._meta
+            self._meta_urgent, self._meta_at = False, now
+            return state, lambda: self._patch(meta)
+        return state, None
 
     def _wait(self, now: float) -> float | None:
         """How long nothing is due: until a pending patch or state write may go, or forever."""
