@@ -75,6 +75,11 @@ class JobState:
         return None
 
 
+def replace(state: JobState, **changes: Any) -> JobState:
+    """`state` with some fields changed."""
+    return dataclasses.replace(state, **changes)
+
+
 def enter(state: JobState, phase: str, now: float) -> JobState:
     """The job in `phase` from `now` on; a final phase stays final."""
     if phase not in naming.PHASES:

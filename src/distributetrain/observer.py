@@ -10,7 +10,6 @@ background. Nothing here raises into the job: Events, labels and metrics are opt
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import socket
 import threading
@@ -65,7 +64,8 @@ class Observer(joblog.Reporter):
                 f"chief {plan.chief.gpus} on {plan.chief.node}")
         with self._state_lock:
             self.state = jobstate.enter(self.state, jobstate.PLANNING, self._clock())
-            self.state = _replace(self.state, plan=split, replans=self.state.replans + (1 if attempt else 0))
+            replans = self.state.replans + (1 if attempt else 0)
+            self.state = jobstate.replace(self.state, plan=split, replans=replans)
         if attempt:
             self._job_event(events.REPLANNED, f"attempt {attempt + 1}: {text}; the previous gang did not "
                                               f"start: {self._why or 'see the manager log'}")
@@ -118,7 +118,7 @@ class Observer(joblog.Reporter):
 
     def restarted(self, why: str) -> None:
         with self._state_lock:
-            self.state = _replace(self.state, restarts=self.state.restarts + 1)
+            self.state = jobstate.replace(self.state, restarts=self.state.restarts + 1)
         self._job_event(events.RESTARTED, why, type=events.WARNING)
         self._publish(urgent=True)
 
@@ -130,7 +130,7 @@ class Observer(joblog.Reporter):
             if self.state.phase in (jobstate.PLANNING, jobstate.SCHEDULING):
                 self.state = jobstate.enter(self.state, jobstate.LAUNCHING, self._clock())
             if not self.state.gpus:
-                self.state = _replace(self.state, gpus=self.state.held)
+                self.state = jobstate.replace(self.state, gpus=self.state.held)
         self._publish(urgent=True)
 
     def chief_line(self, line: bytes) -> None:
@@ -160,7 +160,7 @@ class Observer(joblog.Reporter):
 
     def finished(self, code: int, detail: str) -> None:
         with self._state_lock:
-            self.state = _replace(self.state, exit_code=code)
+            self.state = jobstate.replace(self.state, exit_code=code)
             self.state = jobstate.enter(self.state, jobstate.FAILED if code else jobstate.SUCCEEDED,
                                         self._clock())
             done = self.state.progress
@@ -183,7 +183,7 @@ class Observer(joblog.Reporter):
         why = (str(error) or type(error).__name__).splitlines()[0]
         code = getattr(error, "exit_code", 1)
         with self._state_lock:
-            self.state = _replace(self.state, exit_code=code)
+            self.state = jobstate.replace(self.state, exit_code=code)
             self.state = jobstate.enter(self.state, jobstate.FAILED, self._clock())
         self._job_event(events.JOB_FAILED, f"exit code {code}: {why}", type=events.WARNING)
         self._publish(urgent=True)
@@ -208,7 +208,3 @@ class Observer(joblog.Reporter):
             state = self.state
         self.publisher.metadata(jobstate.pod_metadata(state), urgent=urgent)
         self.publisher.state(jobstate.dumps(state), urgent=urgent)
-
-
-def _replace(state: JobState, **changes: Any) -> JobState:
-    return dataclasses.replace(state, **changes)
