@@ -145,6 +145,8 @@ ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"   # chief: seconds (or 90s, 2m) to wait for e
 ENV_START_TIMEOUT = "DT_START_TIMEOUT"  # chief: horovodrun --start-timeout
 ENV_HOSTFILE = "DT_HOSTFILE"        # chief: default HOSTFILE_MOUNT_PATH/HOSTFILE_KEY
 ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it
+ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
+ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)
 ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs
 
 # What the manager shows on its own pod (observer.py): `kubectl get pod -L distributetrain.io/phase`, and the

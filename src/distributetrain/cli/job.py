@@ -115,6 +115,12 @@ def _request_options(command: F) -> F:
              help="The memory-backed /dev/shm of job containers (NCCL); 0: the runtime's 64 MiB."),
         _opt("--allow-egress", multiple=True, metavar="CIDR", env="DT_ALLOW_EGRESS, comma-separated",
              help="Where job pods may connect besides each other and DNS (0.0.0.0/0: anywhere). Repeatable."),
+        _opt("--preflight/--no-preflight", env="DT_PREFLIGHT", default="off",
+             help="Before training, a short all-reduce over every rank: fails fast (exit 76) naming a pod "
+                  "that is unreachable or hangs."),
+        _opt("--min-busbw", metavar="GBPS", env="DT_MIN_BUSBW",
+             help="The pre-flight's bus bandwidth must reach this (GB/s), else exit 76 naming the slowest "
+                  "pod; turns the pre-flight on."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
     for option in reversed(options):
