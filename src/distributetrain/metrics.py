@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -143,7 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())
-    stop.wait()
+    parent = os.getppid()
+    # until signalled, or until Manager.sh is gone (killed outright, it could not stop this server)
+    while not stop.wait(1.0) and os.getppid() == parent:
+        pass
     return 0
 
 

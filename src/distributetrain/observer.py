@@ -11,6 +11,7 @@ background. Nothing here raises into the job: Events, labels and metrics are opt
 from __future__ import annotations
 
 import datetime
+import itertools
 import socket
 import threading
 import time
@@ -43,7 +44,7 @@ class Observer(joblog.Reporter):
         self._clock = clock
         self._state_lock = threading.Lock()
         self._why = ""          # why the last gang did not start: the re-plan's Event says it
-        self._sequence = 0
+        self._sequence = itertools.count(1)  # the follower's thread records events too
         pod = (manager.namespace or state.namespace, manager.name) if manager is not None else None
         self.publisher = Publisher(kube, say=self.say, pod=pod, state_file=state_file,
                                    patch_interval=patch_interval)
@@ -197,11 +198,10 @@ class Observer(joblog.Reporter):
                                   manager.uid), reason, message, type=type)
 
     def _event(self, ref: ObjectRef, reason: str, message: str, *, type: str = events.NORMAL) -> None:
-        self._sequence += 1
         instance = self.manager.name if self.manager is not None else socket.gethostname()
         self.publisher.event(events.event(ref, reason=reason, message=message, type=type, instance=instance,
                                           now=datetime.datetime.now(datetime.UTC),
-                                          sequence=self._sequence))
+                                          sequence=next(self._sequence)))
 
     def _publish(self, *, urgent: bool) -> None:
         with self._state_lock:
