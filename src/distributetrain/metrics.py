@@ -12,7 +12,6 @@ that cannot start (its port taken) says so and exits; the job goes on without me
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -24,10 +23,9 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from distributetrain import jobstate, naming
+from distributetrain import joblog, jobstate, naming
 from distributetrain.jobstate import JobState
 
-log = logging.getLogger("distributetrain.metrics")
 PREFIX = "distributetrain_"
 
 
@@ -126,8 +124,7 @@ def serve(*, state_file: Path, port: int, address: str = "0.0.0.0") -> threading
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s distributetrain metrics: %(message)s",
-                        stream=sys.stderr)
+    say = joblog.Reporter().say  # the manager's log: its lines look like the phases'
     parser = argparse.ArgumentParser(prog="python -m distributetrain.metrics",
                                      description="Serve the job's Prometheus metrics from its state file.")
     parser.add_argument("--state", type=Path, required=True, help="the state file the manager's phases write")
@@ -137,10 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve(state_file=args.state, port=args.port, address=args.address)
     except OSError as err:
-        log.error("cannot serve metrics on %s:%d: %s; the job goes on without them", args.address, args.port,
-                  err)
+        say(f"cannot serve metrics on {args.address}:{args.port}: {err}; the job goes on without them")
         return 1
-    log.info("serving the job's metrics on %s:%d/metrics", args.address, args.port)
+    say(f"serving the job's metrics on {args.address}:{args.port}/metrics")
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())

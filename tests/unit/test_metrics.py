@@ -52,7 +52,7 @@ def server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
         assert proc.returncode == 0, err  # SIGTERM ends it cleanly
-        assert f"serving the job's metrics on 127.0.0.1:{port}/metrics" in err
+        assert f"distributetrain: serving the job's metrics on 127.0.0.1:{port}/metrics" in err
 
 
 def _answers(port: int) -> bool:
