@@ -33,7 +33,7 @@ from typing import Any
 import paramiko
 import pytest
 
-from conftest import make_api_client
+from apiclient import make_api_client
 from localcluster.testing import TestCluster, kubectl_path, start_cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
