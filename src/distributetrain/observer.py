@@ -11,13 +11,14 @@ background. Nothing here raises into the job: Events, labels and metrics are opt
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar, cast
 
 from distributetrain import events, joblog, jobstate, podstatus, progress
 from distributetrain.events import ObjectRef
@@ -27,6 +28,22 @@ from distributetrain.jobstate import JobState
 from distributetrain.k8s import Kube
 from distributetrain.planner import Plan
 from distributetrain.publisher import Publisher
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def _never_raises(hook: F) -> F:
+    """A hook that fails (a bug here, a surprising object) is said once in the log; the job goes on."""
+    @functools.wraps(hook)
+    def guarded(self: Observer, *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception as err:
+            if not self._hook_failed:
+                self._hook_failed = True
+                self.say(f"could not record the step {hook.__name__} ({type(err).__name__}: {err}); the job "
+                         "goes on; further such failures are not logged")
+    return cast(F, guarded)
 
 
 class Observer(joblog.Reporter):
@@ -44,6 +61,7 @@ class Observer(joblog.Reporter):
         self._clock = clock
         self._state_lock = threading.Lock()
         self._why = ""          # why the last gang did not start: the re-plan's Event says it
+        self._hook_failed = False
         self._sequence = itertools.count(1)  # the follower's thread records events too
         pod = (manager.namespace or state.namespace, manager.name) if manager is not None else None
         self.publisher = Publisher(kube, say=self.say, pod=pod, state_file=state_file,
@@ -57,6 +75,7 @@ class Observer(joblog.Reporter):
         self.publisher.close(timeout)
 
     # ---- the hooks --------------------------------------------------------------------------------------
+    @_never_raises
     def planned(self, plan: object, attempt: int) -> None:
         if not isinstance(plan, Plan):
             return
@@ -74,6 +93,7 @@ class Observer(joblog.Reporter):
             self._job_event(events.PLANNED, text)
         self._publish(urgent=True)
 
+    @_never_raises
     def pod_created(self, pod: Mapping[str, Any]) -> None:
         role = podstatus.role(pod)
         with self._state_lock:
@@ -85,6 +105,7 @@ class Observer(joblog.Reporter):
                                                f"{joblog.gpus_text(podstatus.gpus(pod))}")
         self._publish(urgent=True)
 
+    @_never_raises
     def pods_ready(self, pods: Sequence[Mapping[str, Any]]) -> None:
         with self._state_lock:
             self.state = jobstate.ready(self.state, [podstatus.name(p) for p in pods])
@@ -94,10 +115,12 @@ class Observer(joblog.Reporter):
                         "port answers)")
         self._publish(urgent=False)
 
+    @_never_raises
     def hostfile_written(self, configmap: Mapping[str, Any], hosts: Sequence[HostSlots]) -> None:
         self._event(ObjectRef.of(configmap), events.HOSTFILE_WRITTEN,
                     f"the workers' hostfile: {joblog.hostfile_text(hosts) or '(no workers)'}")
 
+    @_never_raises
     def chief_started(self, pod: Mapping[str, Any]) -> None:
         with self._state_lock:
             self.state = jobstate.ready(self.state, [podstatus.name(pod)])
@@ -107,6 +130,7 @@ class Observer(joblog.Reporter):
                     f"horovodrun over {self.state.gpus} process(es)")
         self._publish(urgent=True)
 
+    @_never_raises
     def gang_failed(self, why: str, names: Sequence[str]) -> None:
         self._why = why
         with self._state_lock:
@@ -117,12 +141,14 @@ class Observer(joblog.Reporter):
                         type=events.WARNING)
         self._publish(urgent=True)
 
+    @_never_raises
     def restarted(self, why: str) -> None:
         with self._state_lock:
             self.state = jobstate.replace(self.state, restarts=self.state.restarts + 1)
         self._job_event(events.RESTARTED, why, type=events.WARNING)
         self._publish(urgent=True)
 
+    @_never_raises
     def supervising(self, pods: Sequence[Mapping[str, Any]]) -> None:
         with self._state_lock:
             for pod in pods:
@@ -136,6 +162,10 @@ class Observer(joblog.Reporter):
 
     def chief_line(self, line: bytes) -> None:
         super().chief_line(line)
+        self._read_chief_line(line)
+
+    @_never_raises
+    def _read_chief_line(self, line: bytes) -> None:
         report = progress.parse(line)
         launched = report is None and progress.LAUNCHED.match(line) is not None
         if report is None and not launched:
@@ -153,12 +183,14 @@ class Observer(joblog.Reporter):
                                                      f"{state.gpus} process(es)")
         self._publish(urgent=state.phase != before.phase)
 
+    @_never_raises
     def pod_failed(self, pod: Mapping[str, Any] | None, why: str) -> None:
         ref = ObjectRef.of(pod) if pod is not None else None
         if ref is not None:
             self._event(ref, events.WORKER_FAILED, why, type=events.WARNING)
         self._job_event(events.WORKER_FAILED, f"{why}; stopping the job", type=events.WARNING)
 
+    @_never_raises
     def finished(self, code: int, detail: str) -> None:
         with self._state_lock:
             self.state = jobstate.replace(self.state, exit_code=code)
@@ -173,6 +205,7 @@ class Observer(joblog.Reporter):
             self._job_event(events.TRAINING_SUCCEEDED, f"the training succeeded{latest}")
         self._publish(urgent=True)
 
+    @_never_raises
     def cleaned_up(self, deleted: int, kept: str | None) -> None:
         with self._state_lock:
             self.state = jobstate.without_pods(self.state)
@@ -180,6 +213,7 @@ class Observer(joblog.Reporter):
                         + (f"; kept {kept} for its log" if kept else "") + "; every GPU is released")
         self._publish(urgent=True)
 
+    @_never_raises
     def failed(self, error: BaseException) -> None:
         why = (str(error) or type(error).__name__).splitlines()[0]
         code = getattr(error, "exit_code", 1)
