@@ -167,8 +167,7 @@ def api_error(code: int, body: bytes | str | None, *, what: str, http_reason: st
     fields: dict[str, Any] = {"status": code, "reason": status.get("reason") or None,
                               "details": status.get("details") or {}}
     if code == 403:
-        return Forbidden(f"{what}: Forbidden: {message}. The ServiceAccount running the manager needs this "
-                         "permission: apply rbac/ (see docs/manager.md) in the job's namespace", **fields)
+        return Forbidden(f"{what}: Forbidden: {message}. {forbidden_advice(message)}", **fields)
     if code == 401:
         return ApiError(f"{what}: Unauthorized: {message}. Check the kubeconfig or the ServiceAccount token",
                         **fields)
@@ -180,6 +179,21 @@ def api_error(code: int, body: bytes | str | None, *, what: str, http_reason: st
     if code == 410:
         return Gone(f"{what}: {message}", **fields)
     return ApiError(f"{what}: the API server answered {code}: {message}", **fields)
+
+
+def forbidden_advice(message: str) -> str:
+    """What to do about a 403. Its Status says only Forbidden, whoever refused (RBAC, Pod Security admission,
+    a ResourceQuota); their messages, fixed by the API server, are the one way to tell them apart."""
+    if "violates PodSecurity" in message:
+        return ("The namespace's Pod Security admission refused the pod: give it the securityContext named "
+                "above through the pod template (--pod-template), or use a namespace whose "
+                "pod-security.kubernetes.io/enforce level allows it (docs/real-cluster.md)")
+    if "exceeded quota" in message or "failed quota" in message:
+        return ("A ResourceQuota of the namespace refused it: ask for fewer GPUs or less per GPU "
+                "(--cpu-per-gpu, --memory-per-gpu), set what the quota requires, or have the quota raised "
+                "(kubectl describe resourcequota)")
+    return ("The ServiceAccount running the manager needs this permission: apply rbac/ (see docs/manager.md) "
+            "in the job's namespace")
 
 
 def watch_error(status: Mapping[str, Any], *, what: str) -> ApiError:
