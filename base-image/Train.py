@@ -11,6 +11,11 @@ Output contract (tests and `make demo` read these lines):
   rank 0:     `final_accuracy=0.9xxx` on the held-out split, at the end
   rank 0:     `first_step_unix=T` (time.time()) once, when the first training batch ends: the end of the
               job's start-up, which bench/demo_phases.py measures
+  rank 0:     the progress line the manager reads (its pod's labels and annotations, its metrics), once when
+              the first training step ends and after every epoch:
+              `dt-progress epoch=E/N step=S loss=L accuracy=A steps_per_s=R [val_loss=... val_accuracy=...]`
+              (E epochs done of N, S steps done; every field optional; any script may print this line:
+              docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
   rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start)
   rank 0, with --elastic: `elastic size=S from_epoch=E` each time Horovod (re)forms with S processes
@@ -144,8 +149,9 @@ def latest_checkpoint(directory: str | None) -> tuple[str, int] | None:
 
 def resume(model: tf.keras.Model, directory: str | None, rank: int) -> int:
     """Rank 0 loads the newest checkpoint (weights and optimizer state); every rank learns its epoch."""
-    # the optimizer's variables made now, on every rank alike: Keras loads no optimizer state into an optimizer
-    # without them, and ranks whose training steps were traced differently would not match their allreduces
+    # the optimizer's variables made now, on every rank alike: Keras loads no optimizer state into an
+    # optimizer without them, and ranks whose training steps were traced differently would not match their
+    # allreduces (they hang)
     model.optimizer.build(model.trainable_variables)
     epoch = 0
     if rank == 0:
@@ -196,6 +202,33 @@ class FirstStepLog(tf.keras.callbacks.Callback):
             print(f"first_step_unix={time.time():.3f}", flush=True)
 
 
+class ProgressLog(tf.keras.callbacks.Callback):
+    """The progress line (see the module's docstring): once after the first training step, then after every
+    epoch with its metrics (all-rank means, after MetricAverageCallback) and the epoch's steps per second."""
+
+    def __init__(self, epochs: int) -> None:
+        super().__init__()
+        self.epochs = epochs
+        self.steps = 0
+        self.epoch_steps = 0
+        self.epoch_started = time.perf_counter()
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        self.epoch_steps, self.epoch_started = 0, time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        self.steps += 1
+        self.epoch_steps += 1
+        if self.steps == 1:
+            print(f"dt-progress epoch=0/{self.epochs} step=1", flush=True)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        rate = self.epoch_steps / max(time.perf_counter() - self.epoch_started, 1e-9)
+        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        print(f"dt-progress epoch={epoch + 1}/{self.epochs} step={self.steps} {fields} "
+              f"steps_per_s={rate:.1f}", flush=True)
+
+
 def callbacks_of(rank: int, args: argparse.Namespace) -> list[tf.keras.callbacks.Callback]:
     """Every rank's callbacks, then rank 0's: its log lines, and (only rank 0 writes, so ranks never race on
     the shared volume) checkpoints and TensorBoard."""
@@ -203,7 +236,7 @@ def callbacks_of(rank: int, args: argparse.Namespace) -> list[tf.keras.callbacks
         hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
     ]
     if rank == 0:
-        callbacks += [EpochLog(), FirstStepLog()]
+        callbacks += [EpochLog(), FirstStepLog(), ProgressLog(args.epochs)]
         if args.checkpoint_dir:
             os.makedirs(args.checkpoint_dir, exist_ok=True)
             callbacks.append(tf.keras.callbacks.ModelCheckpoint(

@@ -150,7 +150,8 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "metrics, placement_summary.json the averages over seeds, speed.json the speed benches, runs.json "
         "when each section was measured) and the measured blocks in docs/planner.md and docs/manager.md. "
         "`--only SECTION[,SECTION...]` measures only those sections (placement, planner_speed, apiserver, "
-        "manager_overhead, scale, demo_phases, or `speed` for the five speed benches) and keeps the others' "
+        "manager_overhead, scale, demo_phases, preflight, or `speed` for the six speed benches) and keeps "
+        "the others' "
         "results; `--render-only` measures nothing and re-renders everything from the JSON. `python -m "
         "bench.run --quick` is the smoke run the test suite makes (small clusters, one seed; it writes to "
         "bench/results/quick/ and never touches docs/).\n"]

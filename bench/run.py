@@ -1,8 +1,9 @@
 """`python -m bench.run [--quick] [--only SECTIONS] [--render-only]`: the benchmarks, their JSON under
 bench/results/, and docs/benchmarks.md.
 
-Sections: `placement` (the trace simulation) and five speed benches (bench/planner_speed.py,
-bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py; each exposes
+Sections: `placement` (the trace simulation) and six speed benches (bench/planner_speed.py,
+bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py; each
+exposes
 `main(quick: bool) -> dict`). A run measures the sections asked for, merges their results into the results
 directory section by section (the others stay as earlier runs left them; runs.json says when each was
 measured), then renders the whole report from every section there. bench/speed_report.py renders a speed
@@ -11,7 +12,7 @@ bench's result; a bench without a renderer is shown by the "markdown" string it 
 Examples:
   python -m bench.run                               # everything
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
-  python -m bench.run --only speed                  # the five speed benches, keep placement
+  python -m bench.run --only speed                  # the six speed benches, keep placement
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
 
@@ -129,7 +130,8 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
-             "planner_speed, apiserver, manager_overhead, scale, demo_phases; `speed` stands for the five "
+             "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight; `speed` stands for "
+             "the six "
              "speed benches. The other sections' results already in OUT are kept, and the report is rendered "
              "from all of them. Default: every section")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENT = "placement"
-SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases")
+SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 SECTIONS = (PLACEMENT, *SPEED_BENCHES)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distributetrain import inventory, joblog, k8s, manifests, naming, planner, podstatus, preflight
-from distributetrain.errors import AlreadyExists, CannotPlace, WorkerFailed
+from distributetrain.errors import AlreadyExists, CannotPlace, InvalidInput, WorkerFailed
 from distributetrain.joblog import Reporter
 from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
@@ -38,6 +38,28 @@ from distributetrain.recovery import (
 from distributetrain.watching import Snapshot
 
 FIRST_LOOK = 2.0  # seconds before looking for room again after a plan found none; doubles to grow_interval
+
+
+def keeper_for(kube: Kube, pods: Snapshot, chief_name: str, *, request: Callable[[], JobSpec] | None,
+               reporter: Reporter, owner: ManagerIdentity | None,
+               clock: Callable[[], float] = time.monotonic) -> Keeper | None:
+    """The keeper of a job whose chief says it survives lost workers (naming.RECOVERY_ANNOTATION); None for
+    any other job. `request` builds the job's request, which replacements are made from."""
+    mode = podstatus.annotation(pods[chief_name], naming.RECOVERY_ANNOTATION)
+    if not mode:
+        return None
+    if request is None:
+        raise InvalidInput(f"job {chief_name.removesuffix('-chief')} is {mode}: its supervisor replaces lost "
+                           "workers and needs the job's request; supervise it with the same request as "
+                           "`launch` (Manager.sh does), not `distributetrain wait`")
+    spec = request()
+    if mode == naming.RECOVERY_ELASTIC:
+        how = (f"training goes on with at least {spec.min_gpus} of {spec.gpus} GPU(s)"
+               + (f", growing up to {spec.max_gpus}" if spec.max_gpus else ""))
+    else:
+        how = f"then the training resumes from its last checkpoint (at most {spec.restarts} restart(s))"
+    reporter.say(f"{mode} job: a lost worker is replaced on the best free GPUs; {how}")
+    return Keeper(kube, spec, pods=pods, reporter=reporter, owner=owner, clock=clock)
 
 
 @dataclass(frozen=True)
@@ -161,6 +183,13 @@ class Keeper:
         times += [p.created_at + self.spec.schedule_timeout for p in self.pending.values()]
         return min(times) if times else None
 
+    def tee(self, sink: Callable[[bytes], None]) -> Callable[[bytes], None]:
+        """`sink`, and this keeper reading the same chief's line."""
+        def both(line: bytes) -> None:
+            sink(line)
+            self.chief_line(line)
+        return both
+
     def chief_line(self, line: bytes) -> None:
         """The chief's log, read for what a recovery came to: Horovod re-formed (elastic), resumed from
         which epoch (restart)."""
@@ -216,6 +245,8 @@ class Keeper:
                                        f"{recovery.restarts} time(s) already, the most --restarts allows; "
                                        "the job was stopped")
                 self.recovering = True
+                self.reporter.restarted(f"worker {names} lost: the training is relaunched once it is "
+                                        f"replaced (restart {self.restarts_used} of {recovery.restarts})")
             self.reporter.say(f"worker {names} lost: removed from the hostfile; once it is replaced the "
                               "chief relaunches the training from its last checkpoint (restart "
                               f"{self.restarts_used} of {recovery.restarts})")

@@ -182,8 +182,8 @@ class Kube:
         return self._json(k8srequests.create_request(body))
 
     def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge `patch` into the object (JSON merge patch); NotFound when it does not exist."""
-        return self._json(k8srequests.patch_request(kind, namespace, name, patch))
+        """A JSON merge patch of the object (e.g. its labels and annotations); NotFound when it is gone."""
+        return self._json(k8srequests.merge_patch_request(kind, namespace, name, patch))
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None,
                uid: str | None = None) -> bool:

@@ -29,11 +29,11 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import discovery, fieldparsers, naming, relaunch, ssh
+from distributetrain import allreduce, allreducecheck, discovery, fieldparsers, naming, relaunch, ssh
 from distributetrain.discovery import Elastic
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
@@ -67,11 +67,11 @@ class Settings:
     ssh_connect_timeout: float
     start_timeout: float
     command: tuple[str, ...]
-    min_processes: int | None = None   # elastic: horovodrun --min-np (None: not elastic)
-    max_processes: int | None = None
-    elastic_timeout: float = 600.0
-    restarts: int = 0                  # restart job: relaunches after a lost worker
-    restart_wait: float = 780.0        # how long to wait for the manager's replacements
+    preflight: bool = False            # the pre-flight all-reduce check before the command (allreduce.py)
+    min_busbw: float | None = None     # GB/s its bus bandwidth must reach; turns the check on
+    preflight_timeout: float = 120.0
+    preflight_sizes: str = "1M,16M,64M"
+    recovery: relaunch.RecoverySettings = field(default_factory=relaunch.RecoverySettings)  # elastic, restart
 
 
 def render_hostfile(hosts: Iterable[HostSlots]) -> str:
@@ -195,6 +195,21 @@ def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
         raise InvalidInput(f"{key}: {raw!r} is not an integer") from err
 
 
+def _env_bool(env: Mapping[str, str], key: str) -> bool:
+    try:
+        return fieldparsers.parse_bool(env.get(key) or "false")
+    except ValueError as err:
+        raise InvalidInput(f"{key}: {err}") from None
+
+
+def _env_float(env: Mapping[str, str], key: str) -> float | None:
+    raw = env.get(key, "")
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        raise InvalidInput(f"{key}: {raw!r} is not a number") from None
+
+
 def own_ip(env: Mapping[str, str]) -> str:
     """This pod's IPv4 address: from DT_POD_IPS (status.podIPs, comma-separated) when it holds one, since a
     dual-stack cluster's status.podIP may be IPv6, which Horovod cannot use; else DT_POD_IP."""
@@ -231,18 +246,16 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--ssh-connect-timeout", default="10", help="bound of one ssh attempt")
     parser.add_argument("--start-timeout", default=env.get(naming.ENV_START_TIMEOUT) or "120",
                         help="horovodrun's --start-timeout")
-    parser.add_argument("--min-processes", type=int,
-                        default=_env_int(env, naming.ENV_MIN_PROCESSES, 0) or None,
-                        help="elastic Horovod: the fewest processes to train on (horovodrun --min-np)")
-    parser.add_argument("--max-processes", type=int,
-                        default=_env_int(env, naming.ENV_MAX_PROCESSES, 0) or None,
-                        help="elastic: the most processes (horovodrun --max-np; default: --num-processes)")
-    parser.add_argument("--elastic-timeout", default=env.get(naming.ENV_ELASTIC_TIMEOUT) or "600",
-                        help="elastic: how long Horovod waits for its minimum (horovodrun --elastic-timeout)")
-    parser.add_argument("--restarts", type=int, default=_env_int(env, naming.ENV_RESTARTS, 0),
-                        help="relaunch a training whose worker was lost up to this many times")
-    parser.add_argument("--restart-wait", default=env.get(naming.ENV_RESTART_WAIT) or "780",
-                        help="how long to wait for the manager's replacement workers before a relaunch")
+    parser.add_argument("--preflight", action=argparse.BooleanOptionalAction,
+                        default=_env_bool(env, naming.ENV_PREFLIGHT),
+                        help="run the pre-flight all-reduce check before the command (default: off)")
+    parser.add_argument("--min-busbw", type=float, metavar="GBPS",
+                        default=_env_float(env, naming.ENV_MIN_BUSBW),
+                        help="fail if the check's bus bandwidth is below this (GB/s); turns the check on")
+    parser.add_argument("--preflight-timeout", default="120", help="the check's time limit, Horovod's start "
+                        "included")
+    parser.add_argument("--preflight-sizes", default="1M,16M,64M", help="the check's all-reduce sizes")
+    relaunch.add_arguments(parser, env)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
     try:
@@ -252,6 +265,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
             raise
         raise InvalidInput("launcher arguments: see the usage above") from None
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command) or DEFAULT_COMMAND
+    try:
+        [allreduce.parse_size(size) for size in args.preflight_sizes.split(",")]
+    except ValueError as err:
+        raise InvalidInput(f"pre-flight sizes: {err}") from None
     return Settings(
         hostfile=args.hostfile, identity_file=args.identity_file, ssh_port=args.ssh_port, pod_ip=args.pod_ip,
         slots=args.slots, num_processes=args.num_processes, transport=args.transport,
@@ -260,9 +277,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         ssh_delay=parse_duration(args.ssh_delay, name="ssh delay"),
         ssh_connect_timeout=parse_duration(args.ssh_connect_timeout, name="ssh connect timeout"),
         start_timeout=parse_duration(args.start_timeout, name="start timeout"), command=command,
-        min_processes=args.min_processes, max_processes=args.max_processes,
-        elastic_timeout=parse_duration(args.elastic_timeout, name="elastic timeout"),
-        restarts=args.restarts, restart_wait=parse_duration(args.restart_wait, name="restart wait"),
+        preflight=bool(args.preflight or args.min_busbw is not None), min_busbw=args.min_busbw,
+        preflight_timeout=parse_duration(args.preflight_timeout, name="pre-flight timeout"),
+        preflight_sizes=args.preflight_sizes, recovery=relaunch.settings_from(args),
     )
 
 
@@ -348,26 +365,40 @@ def _stream(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, Failure |
 
 
 def run(settings: Settings, env: Mapping[str, str]) -> int:
-    launched, workers = _read_hostfile(settings.hostfile)
+    if not settings.hostfile.exists():
+        log.warning("no hostfile at %s: training on this pod only", settings.hostfile)
+    launched, workers = relaunch.read(settings.hostfile)
     hosts = with_chief(workers, pod_ip=settings.pod_ip, slots=settings.slots)
     num_proc = check_total(hosts, settings.num_processes)
     user = pwd.getpwuid(os.getuid()).pw_name
     log.info("waiting for %d workers' sshd on port %d: %s", len(workers), settings.ssh_port,
              ", ".join(w.host for w in workers) or "none")
     _wait_for_workers(workers, settings, user)
+    recovery = settings.recovery
     with tempfile.TemporaryDirectory(prefix="distributetrain-launcher-") as tmp:
         work = Path(tmp)
         final = work / "hostfile"
-        elastic = None if settings.min_processes is None else discovery.setup(
+        final.write_text(render_hostfile(hosts))
+        elastic = None if recovery.min_processes is None else discovery.setup(
             work, python=sys.executable, hostfile_path=settings.hostfile,
-            chief=HostSlots(settings.pod_ip, settings.slots), min_processes=settings.min_processes,
-            max_processes=settings.max_processes or num_proc, timeout=settings.elastic_timeout)
+            chief=HostSlots(settings.pod_ip, settings.slots), min_processes=recovery.min_processes,
+            max_processes=recovery.max_processes or num_proc, timeout=recovery.elastic_timeout)
+        interface = settings.network_interface or (elastic.interface if elastic else None)
         child_env = dict(env)
         # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
         # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         bindir = _ssh_wrapper(work, aliases=elastic is not None)
         child_env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
+        if settings.preflight:
+            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+            check = horovodrun_argv(
+                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                identity_file=settings.identity_file, transport=settings.transport,
+                network_interface=settings.network_interface, start_timeout=settings.start_timeout,
+                command=allreducecheck.command(hosts, sizes=settings.preflight_sizes, iterations=5))
+            allreducecheck.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
+                               timeout=settings.preflight_timeout)
         if elastic is not None:
             child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form
 
@@ -376,26 +407,20 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             argv = horovodrun_argv(
                 horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
-                network_interface=settings.network_interface or (elastic.interface if elastic else None),
-                start_timeout=settings.start_timeout, command=settings.command, elastic=elastic,
+                network_interface=interface, start_timeout=settings.start_timeout, command=settings.command,
+                elastic=elastic,
             )
             log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
             log.info("starting: %s", shlex.join(argv))
             return _report(*_stream(argv, child_env), hosts, num_proc)
 
-        if not settings.restarts:
+        if not recovery.restarts:
             return launch(hosts)
         relauncher = relaunch.Relauncher(
             hostfile_path=settings.hostfile, ssh_port=settings.ssh_port, identity_file=settings.identity_file,
             user=user, chief=HostSlots(settings.pod_ip, settings.slots), processes=num_proc,
-            restarts=settings.restarts, wait=settings.restart_wait)
+            restarts=recovery.restarts, wait=recovery.restart_wait)
         return relauncher.run(launch, child_env, launched=launched, workers=workers)
-
-
-def _read_hostfile(path: Path) -> tuple[str, list[HostSlots]]:
-    if not path.exists():
-        log.warning("no hostfile at %s: training on this pod only", path)
-    return relaunch.read(path)
 
 
 def _report(code: int, failure: Failure | None, hosts: Sequence[HostSlots], num_proc: int) -> int:

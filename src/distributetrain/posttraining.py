@@ -17,14 +17,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from distributetrain import cleanup, joblog, naming, podstatus
-from distributetrain.elastic import Keeper
+from distributetrain import cleanup, elastic, joblog, naming, podstatus
 from distributetrain.errors import (
     ApiError,
     ChiefLost,
     DeadlineExceeded,
     Forbidden,
-    InvalidInput,
     NotFound,
     ScheduleTimeout,
     WorkerFailed,
@@ -124,7 +122,8 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     seconds = podstatus.active_deadline(first[chief_name])
     if deadline is None and started_at is not None and seconds is not None:
         deadline = clock() - max(0.0, time.time() - started_at) + seconds
-    keeper = _keeper(kube, first, chief_name, request=request, reporter=reporter, owner=owner, clock=clock)
+    keeper = elastic.keeper_for(kube, first, chief_name, request=request, reporter=reporter, owner=owner,
+                                clock=clock)
     if workers is None:
         workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
         held = sum(podstatus.gpus(first[n]) for n in [*workers, chief_name])
@@ -136,8 +135,9 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     named = [joblog.pod_text(first[n]) if n in first else n for n in workers]
     reporter.say(f"supervising job {job}: chief {joblog.pod_text(first[chief_name])}, workers "
                  f"{joblog.listing(named) or '(none: the chief runs every process)'}")
+    reporter.supervising([first[n] for n in [chief_name, *workers] if n in first])
     follower = LogFollower(kube, namespace, chief_name,
-                           reporter.chief_line if keeper is None else _tee(reporter.chief_line, keeper))
+                           reporter.chief_line if keeper is None else keeper.tee(reporter.chief_line))
     follower.start()
     chief_deadline = clock() + schedule_timeout
     code: int | None = None
@@ -148,7 +148,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
             wake = keeper.wake_at() if keeper else None
             until = limit if wake is None else _earliest(limit, wake)
             for snapshot in watched.changes(deadline=until):
-                code = _judge(snapshot, chief_name, workers, follower, keeper)
+                code = _judge(snapshot, chief_name, workers, follower, reporter.pod_failed, keeper)
                 if code is not None or follower.started.is_set() != started:
                     break  # ended, or the chief started: watch on under the job's own deadline
                 if keeper is not None and _sooner(keeper.wake_at(), until):
@@ -175,6 +175,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     recovered = keeper.summary() if keeper is not None else ""
     reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
                  + (f", {recovered}" if recovered else "") + "; releasing the workers")
+    reporter.finished(code, blamed or "")
     cleanup.delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
 
@@ -203,35 +204,9 @@ def _sooner(when: float | None, than: float | None) -> bool:
     return when is not None and (than is None or when < than)
 
 
-def _tee(sink: Callable[[bytes], None], keeper: Keeper) -> Callable[[bytes], None]:
-    def both(line: bytes) -> None:
-        sink(line)
-        keeper.chief_line(line)
-    return both
-
-
-def _keeper(kube: Kube, pods: Snapshot, chief_name: str, *, request: Callable[[], JobSpec] | None,
-            reporter: Reporter, owner: ManagerIdentity | None, clock: Callable[[], float]) -> Keeper | None:
-    """The keeper of a job whose chief says it survives lost workers; None for any other job."""
-    mode = podstatus.annotation(pods[chief_name], naming.RECOVERY_ANNOTATION)
-    if not mode:
-        return None
-    if request is None:
-        raise InvalidInput(f"job {podstatus.name(pods[chief_name]).removesuffix('-chief')} is {mode}: its "
-                           "supervisor replaces lost workers and needs the job's request; supervise it with "
-                           "the same request as `launch` (Manager.sh does), not `distributetrain wait`")
-    spec = request()
-    reporter.say(f"{mode} job: a lost worker is replaced on the best free GPUs"
-                 + (f"; training goes on with at least {spec.min_gpus} of {spec.gpus} GPU(s)"
-                    + (f", growing up to {spec.max_gpus}" if spec.max_gpus else "")
-                    if mode == naming.RECOVERY_ELASTIC else
-                    f", then the training resumes from its last checkpoint (at most {spec.restarts} "
-                    "restart(s))"))
-    return Keeper(kube, spec, pods=pods, reporter=reporter, owner=owner, clock=clock)
-
-
-def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
-           follower: LogFollower, keeper: Keeper | None = None) -> int | None:
+def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str], follower: LogFollower,
+           failed: Callable[[podstatus.Pod | None, str], None], keeper: elastic.Keeper | None = None
+           ) -> int | None:
     """The chief's exit code once it ended; None while the job runs; raise on a lost pod."""
     if follower.error is not None:
         raise follower.error
@@ -249,14 +224,16 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
     if podstatus.is_deleting(chief):
         raise ChiefLost(f"the chief pod {chief_name} is being deleted by someone else")
     if keeper is not None:
-        keeper.observe(snapshot)
+        keeper.observe(snapshot)  # a lost worker is replaced, not the end of the job
         workers = ()
     for name in workers:
         pod = snapshot.get(name)
         if pod is None:
+            failed(None, f"worker pod {name} disappeared while training ran")
             raise WorkerFailed(f"worker pod {name} disappeared while training ran (deleted, or its node was "
                                "removed); the job was stopped")
         if podstatus.is_terminated(pod) or podstatus.is_deleting(pod):
+            failed(pod, podstatus.describe(pod))
             raise WorkerFailed(f"worker failed, the job was stopped: {podstatus.describe(pod)}")
     if podstatus.phase(chief) == "Running":
         follower.started.set()

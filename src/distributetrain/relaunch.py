@@ -10,13 +10,15 @@ accept ssh; the manager writes it once the replacements are Ready (elastic.py).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from distributetrain import hostfile, naming, ssh
+from distributetrain import fieldparsers, hostfile, naming, ssh
 from distributetrain.errors import InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 
@@ -24,6 +26,49 @@ log = logging.getLogger("distributetrain.launcher")
 
 PROBE_TIMEOUT = 5.0  # one ssh attempt to a worker that should be there: a lost pod does not answer at all
 POLL = 1.0
+
+
+@dataclass(frozen=True)
+class RecoverySettings:
+    """The chief's launcher settings of a job that survives lost workers (its DT_* variables, or flags)."""
+
+    min_processes: int | None = None   # elastic: horovodrun --min-np (None: not elastic)
+    max_processes: int | None = None   # elastic: horovodrun --max-np (None: the job's processes)
+    elastic_timeout: float = 600.0     # elastic: how long Horovod waits for its minimum
+    restarts: int = 0                  # restart job: relaunches after a lost worker
+    restart_wait: float = 780.0        # restart job: how long to wait for the manager's replacements
+
+
+def add_arguments(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The launcher's flags of RecoverySettings, defaulting to the chief's environment."""
+    def number(key: str) -> int | None:
+        raw = env.get(key, "")
+        if raw and not raw.isdigit():
+            raise InvalidInput(f"{key}: {raw!r} is not a whole number")
+        return int(raw) if raw else None
+
+    parser.add_argument("--min-processes", type=int, default=number(naming.ENV_MIN_PROCESSES),
+                        help="elastic Horovod: the fewest processes to train on (horovodrun --min-np)")
+    parser.add_argument("--max-processes", type=int, default=number(naming.ENV_MAX_PROCESSES),
+                        help="elastic: the most processes (horovodrun --max-np; default: --num-processes)")
+    parser.add_argument("--elastic-timeout", default=env.get(naming.ENV_ELASTIC_TIMEOUT) or "600",
+                        help="elastic: how long Horovod waits for its minimum (horovodrun --elastic-timeout)")
+    parser.add_argument("--restarts", type=int, default=number(naming.ENV_RESTARTS) or 0,
+                        help="relaunch a training whose worker was lost up to this many times")
+    parser.add_argument("--restart-wait", default=env.get(naming.ENV_RESTART_WAIT) or "780",
+                        help="how long to wait for the manager's replacement workers before a relaunch")
+
+
+def settings_from(args: argparse.Namespace) -> RecoverySettings:
+    def seconds(value: str, name: str) -> float:
+        try:
+            return fieldparsers.parse_duration(value)
+        except ValueError as err:
+            raise InvalidInput(f"{name}: {err}") from None
+
+    return RecoverySettings(min_processes=args.min_processes, max_processes=args.max_processes,
+                            elastic_timeout=seconds(args.elastic_timeout, "elastic timeout"),
+                            restarts=args.restarts, restart_wait=seconds(args.restart_wait, "restart wait"))
 
 
 def read(path: Path) -> tuple[str, list[HostSlots]]:

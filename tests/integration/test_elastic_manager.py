@@ -200,8 +200,8 @@ def test_a_restart_job_counts_its_restarts_and_says_from_which_epoch_each_resume
     assert "once it is replaced the chief relaunches the training from its last checkpoint (restart 1 of 2)" \
         in text
     assert "restart 2: the training resumed from epoch 7" in text
-    assert ("chief train-chief ended with exit code 0, after 2 restart(s) (the training resumed from epoch 3; "
-            "the training resumed from epoch 7)") in text
+    assert ("chief train-chief ended with exit code 0, after 2 restart(s) (the training resumed from epoch "
+            "3; the training resumed from epoch 7)") in text
     assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
 
 
@@ -233,7 +233,8 @@ def test_manager_sh_supervises_an_elastic_job_in_its_own_process(local_cluster_f
     try:
         wait_until(lambda: "supervising job train" in log.read_text(), timeout=60, what="PostTraining")
         Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
-        wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement\n" + log.read_text())
+        wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30,
+                   what="the replacement\n" + log.read_text())
         cli = str(Path(sys.executable).parent / "distributetrain")
         waited = subprocess.run([cli, "wait", "train", "--kubeconfig", str(cluster.kubeconfig)],
                                 capture_output=True, text=True, timeout=60, check=False)
@@ -253,7 +254,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SA = "distributetrain-serviceaccount"
 
 
-def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(local_cluster_factory: Factory) -> None:
+def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
+        local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
     assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
     as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
