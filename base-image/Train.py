@@ -11,6 +11,11 @@ Output contract (tests and `make demo` read these lines):
   rank 0:     `final_accuracy=0.9xxx` on the held-out split, at the end
   rank 0:     `first_step_unix=T` (time.time()) once, when the first training batch ends: the end of the
               job's start-up, which bench/demo_phases.py measures
+  rank 0:     the progress line the manager reads (its pod's labels and annotations, its metrics), once when
+              the first training step ends and after every epoch:
+              `dt-progress epoch=E/N step=S loss=L accuracy=A steps_per_s=R [val_loss=... val_accuracy=...]`
+              (E epochs done of N, S steps done; every field optional; any script may print this line:
+              docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
 """
 
@@ -139,6 +144,33 @@ class FirstStepLog(tf.keras.callbacks.Callback):
             print(f"first_step_unix={time.time():.3f}", flush=True)
 
 
+class ProgressLog(tf.keras.callbacks.Callback):
+    """The progress line (see the module's docstring): once after the first training step, then after every
+    epoch with its metrics (all-rank means, after MetricAverageCallback) and the epoch's steps per second."""
+
+    def __init__(self, epochs: int) -> None:
+        super().__init__()
+        self.epochs = epochs
+        self.steps = 0
+        self.epoch_steps = 0
+        self.epoch_started = time.perf_counter()
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        self.epoch_steps, self.epoch_started = 0, time.perf_counter()
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        self.steps += 1
+        self.epoch_steps += 1
+        if self.steps == 1:
+            print(f"dt-progress epoch=0/{self.epochs} step=1", flush=True)
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        rate = self.epoch_steps / max(time.perf_counter() - self.epoch_started, 1e-9)
+        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        print(f"dt-progress epoch={epoch + 1}/{self.epochs} step={self.steps} {fields} "
+              f"steps_per_s={rate:.1f}", flush=True)
+
+
 def main() -> int:
     args = parse_args()
     hvd.init()
@@ -170,7 +202,7 @@ def main() -> int:
         hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
     ]
     if rank == 0:
-        callbacks += [EpochLog(), FirstStepLog()]
+        callbacks += [EpochLog(), FirstStepLog(), ProgressLog(args.epochs)]
         if args.output_dir:  # only rank 0 writes, so ranks never race on the shared volume
             os.makedirs(args.output_dir, exist_ok=True)
             callbacks += [

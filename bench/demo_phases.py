@@ -123,9 +123,11 @@ def run_once(*, epochs: int) -> dict[str, Any]:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="distributetrain-phases-") as tmp:
         kubectl = [str(BIN / "kubectl"), "--kubeconfig", f"{tmp}/kubeconfig", "--cache-dir", f"{tmp}/cache"]
-        local = [str(BIN / "distributetrain"), "local"]
+        local = [str(BIN / "localcluster")]
         _run([*local, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp], env=env)
-        try:
+        try:  # as scripts/demo.sh: the namespace's Pod Security levels, the RBAC, the template, the manager
+            _run([*kubectl, "apply", "--server-side", "-f", str(ROOT / "scripts" / "demo-namespace.yaml")],
+                 env=env)
             _run([*kubectl, "apply", "-f", str(ROOT / "rbac"), "-f",
                   str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml")], env=env)
             applied = time.time()

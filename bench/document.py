@@ -156,13 +156,13 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "metrics, placement_summary.json the averages over seeds, speed.json the speed benches and the "
         "throughput runs, runs.json when each section was measured) and the measured blocks in "
         "docs/planner.md and docs/manager.md. `--only SECTION[,SECTION...]` measures only those sections "
-        "(placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, throughput, or `speed` "
-        "for the five speed benches) and keeps the others' results; `--render-only` measures nothing and "
-        "re-renders everything from the JSON. A new throughput run that changes the measured profile asks "
-        "for its numbers in bench/model.py (the section above says so), then `--only placement` re-runs the "
-        "comparison with them. `python -m bench.run --quick` is the smoke run the test suite makes (small "
-        "clusters, one seed, no throughput jobs; it writes to bench/results/quick/ and never touches "
-        "docs/).\n"]
+        "(placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput, "
+        "or `speed` for the six speed benches) and keeps the others' results; `--render-only` measures "
+        "nothing and re-renders everything from the JSON. A new throughput run that changes the measured "
+        "profile asks for its numbers in bench/model.py (the section above says so), then `--only "
+        "placement` re-runs the comparison with them. `python -m bench.run --quick` is the smoke run the "
+        "test suite makes (small clusters, one seed, no throughput jobs; it writes to bench/results/quick/ "
+        "and never touches docs/).\n"]
     return "\n".join(parts) + "\n", verdicts
 
 

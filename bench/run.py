@@ -1,12 +1,12 @@
 """`python -m bench.run [--quick] [--only SECTIONS] [--render-only]`: the benchmarks, their JSON under
 bench/results/, and docs/benchmarks.md.
 
-Sections: `placement` (the trace simulation), five speed benches (bench/planner_speed.py,
-bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py) and `throughput`
-(bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it calibrates
-the simulator's span cost, bench/model.py); each of these exposes `main(quick: bool) -> dict`. A run
-measures the sections asked for, merges their results into the results directory section by section (the
-others stay as earlier runs left them; runs.json says when each was measured), then renders the whole
+Sections: `placement` (the trace simulation), six speed benches (bench/planner_speed.py,
+bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py)
+and `throughput` (bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it
+calibrates the simulator's span cost, bench/model.py); each of these exposes `main(quick: bool) -> dict`.
+A run measures the sections asked for, merges their results into the results directory section by section
+(the others stay as earlier runs left them; runs.json says when each was measured), then renders the whole
 report from every section there. bench/speed_report.py renders a speed bench's result (and
 bench/throughput_report.py the throughput section); a bench without a renderer is shown by the "markdown"
 string it returns, else as a table.
@@ -14,7 +14,7 @@ string it returns, else as a table.
 Examples:
   python -m bench.run                               # everything
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
-  python -m bench.run --only speed                  # the five speed benches, keep placement
+  python -m bench.run --only speed                  # the six speed benches, keep placement
   python -m bench.run --only throughput             # Horovod over node links (quiet machine, root)
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
@@ -138,9 +138,9 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
-             "planner_speed, apiserver, manager_overhead, scale, demo_phases, throughput (Horovod jobs over "
-             "node links); `speed` stands for the five speed benches. The other sections' results already in "
-             "OUT are kept, and the report is rendered from all of them. Default: every section")
+             "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput (Horovod "
+             "jobs over node links); `speed` stands for the six speed benches. The other sections' results "
+             "already in OUT are kept, and the report is rendered from all of them. Default: every section")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

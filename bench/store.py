@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENT = "placement"
-SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases")
+SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 THROUGHPUT = "throughput"
 #: every section measured by a module bench/<name>.py whose main(quick) returns its result (speed.json)
 MEASURED = (*SPEED_BENCHES, THROUGHPUT)

@@ -16,6 +16,24 @@ python=${DT_PYTHON:-python3}
 export DT_MANAGER_STARTED_AT="${DT_MANAGER_STARTED_AT:-$(date +%s)}"
 export DT_NOTIFY_PARENT=1
 
+# The job's Prometheus metrics, served for this script's whole life on the `metrics` port (DT_METRICS_PORT,
+# 9102; 0: none) so a scrape works in either phase and between them: the phases write the job's state to
+# DT_MANAGER_STATE and the server reads it at each scrape (docs/observability.md). A server that cannot start
+# says so in this log; the job goes on without it.
+state_dir="" metrics=""
+if [ -z "${DT_MANAGER_STATE:-}" ] && state_dir=$(mktemp -d 2>/dev/null); then
+    export DT_MANAGER_STATE="$state_dir/state.json"
+fi
+if [ "${DT_METRICS_PORT:-9102}" != "0" ] && [ -n "${DT_MANAGER_STATE:-}" ]; then
+    "$python" -m distributetrain.metrics --state "$DT_MANAGER_STATE" --port "${DT_METRICS_PORT:-9102}" &
+    metrics=$!
+fi
+stop_metrics() {
+    if [ -n "$metrics" ]; then kill "$metrics" 2>/dev/null; wait "$metrics" 2>/dev/null; fi
+    if [ -n "$state_dir" ]; then rm -rf "$state_dir"; fi
+}
+trap stop_metrics EXIT
+
 child="" ready="" pending="" received=""
 deliver() {
     if [ -n "$pending" ] && [ -n "$child" ] && [ -n "$ready" ]; then

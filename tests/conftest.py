@@ -13,24 +13,13 @@ def test_y(local_cluster_factory):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from apiclient import make_api_client
 from localcluster.testing import TestCluster, start_cluster
-
-
-def make_api_client(url: str, ca_path: Path, token: str) -> client.ApiClient:
-    """An official-client ApiClient speaking HTTPS to the cluster, verifying it with the cluster's CA."""
-    configuration = client.Configuration()
-    configuration.host = url
-    configuration.ssl_ca_cert = str(ca_path)
-    configuration.verify_ssl = True
-    configuration.api_key = {"authorization": token}
-    configuration.api_key_prefix = {"authorization": "Bearer"}
-    return client.ApiClient(configuration)
 
 
 @pytest.fixture

@@ -72,3 +72,16 @@ def violations(pod: Mapping[str, Any]) -> list[str]:
             if port.get("hostPort"):
                 out.append(f"hostPort (container {name} uses {port['hostPort']})")
     return out
+
+
+def restricted(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod a test creates beside the job (a blocker, a stand-in manager), made to pass "restricted" as any
+    pod in the demo's namespace must: non-root, no privilege escalation, no capabilities, RuntimeDefault."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("securityContext", {}).update(
+        {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+    for container in _containers(spec):
+        context = dict(container.get("securityContext") or {})
+        context.update({"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}})
+        container["securityContext"] = context  # type: ignore[index]
+    return pod

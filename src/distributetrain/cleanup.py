@@ -79,6 +79,8 @@ def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, report
     if reporter and deleted:
         kept = f"; kept {chief_name} for its log" if keep_chief else ""
         reporter.say(f"deleted {deleted} object(s) of job {job}{kept}")
+    if reporter:
+        reporter.cleaned_up(deleted, chief_name if keep_chief else None)
     return deleted
 
 
@@ -93,6 +95,7 @@ def guard(kube: Kube, *, job: str, namespace: str, reporter: Reporter,
         with signals.raising_interrupted():
             yield
     except BaseException as err:
+        reporter.failed(err)
         if armed():
             why = (str(err) or type(err).__name__).splitlines()[0]
             reporter.say(f"job {job} failed ({why}); deleting all it created")

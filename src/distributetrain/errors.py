@@ -21,6 +21,7 @@ EXIT_API = 72
 EXIT_SSH = 73
 EXIT_DEADLINE = 74
 EXIT_CHIEF_LOST = 75
+EXIT_PREFLIGHT = 76
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -35,6 +36,8 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (f"{EXIT_SSH}", "a worker's sshd never accepted the job key"),
     (f"{EXIT_DEADLINE}", "the active deadline passed"),
     (f"{EXIT_CHIEF_LOST}", "the chief pod was lost"),
+    (f"{EXIT_PREFLIGHT}", "the pre-flight all-reduce check failed: a pod unreachable, hung, or below "
+                          "--min-busbw; the training was not started"),
     (f"{EXIT_SIGINT} / {EXIT_SIGTERM}",
      "interrupted by SIGINT / SIGTERM, after deleting everything the job created"),
     ("other", "the training's own exit code, passed through from the chief"),
@@ -120,6 +123,12 @@ class DeadlineExceeded(DistributeTrainError):
 
 class ChiefLost(DistributeTrainError):
     exit_code = EXIT_CHIEF_LOST
+
+
+class PreflightFailed(DistributeTrainError):
+    """The chief's pre-flight all-reduce check (allreduce.py) hung, failed or measured too little."""
+
+    exit_code = EXIT_PREFLIGHT
 
 
 class Interrupted(DistributeTrainError):

@@ -259,6 +259,17 @@ def parse_cidrs(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def parse_gbps(value: Any) -> float:
+    """A bandwidth in GB/s (10^9 bytes per second): a positive decimal number."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of GB/s, e.g. 10 or 2.5") from None
+    if not 0 < number < float("inf"):
+        raise ValueError(f"{value!r}: give a positive number of GB/s")
+    return number
+
+
 def optional(parse: Parser) -> Parser:
     def wrapped(value: Any) -> Any:
         return None if value is None or str(value).strip() == "" else parse(value)

@@ -13,9 +13,9 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
@@ -52,6 +52,42 @@ class Reporter:
 
     def planned(self, plan: object, attempt: int) -> None:
         """Called after each plan, before anything of it is created."""
+
+    # ---- what happened, step by step: no-ops here; observer.Observer records each as Events, the manager
+    # pod's phase label and annotations, and the metrics (docs/observability.md). Pods and ConfigMaps are
+    # the objects as the API returned them.
+    def pod_created(self, pod: Mapping[str, Any]) -> None:
+        """A worker or the chief was created."""
+
+    def pods_ready(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """Every worker is Running and Ready."""
+
+    def hostfile_written(self, configmap: Mapping[str, Any], hosts: Sequence[HostSlots]) -> None:
+        """The hostfile ConfigMap was created."""
+
+    def chief_started(self, pod: Mapping[str, Any]) -> None:
+        """The chief runs; its launcher starts."""
+
+    def gang_failed(self, why: str, names: Sequence[str]) -> None:
+        """The gang did not start; its pods `names` are being deleted before a re-plan (or the end)."""
+
+    def restarted(self, why: str) -> None:
+        """The training was restarted (counted in the metrics)."""
+
+    def supervising(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """PostTraining found the job's pods (its chief and workers)."""
+
+    def pod_failed(self, pod: Mapping[str, Any] | None, why: str) -> None:
+        """A job pod failed or vanished (None: it is gone) while the job ran."""
+
+    def finished(self, code: int, detail: str) -> None:
+        """The chief ended with the training's exit code (`detail`: which rank failed, if one did)."""
+
+    def cleaned_up(self, deleted: int, kept: str | None) -> None:
+        """The job's objects were deleted (`kept`: the chief, kept for its log)."""
+
+    def failed(self, error: BaseException) -> None:
+        """The job failed (or was interrupted) before the training's end; its objects are deleted next."""
 
 
 def inventory_lines(rows: Sequence[NodeGpus], *, resource: str, limit: int = INVENTORY_ROWS) -> list[str]:

@@ -24,6 +24,7 @@ from distributetrain.fieldparsers import (
     parse_cidrs,
     parse_command,
     parse_duration,
+    parse_gbps,
     parse_gpus,
     parse_image,
     parse_int_range,
@@ -165,6 +166,13 @@ class JobSpec:
     shm_size: Fraction = DEFAULT_SHM_SIZE
     """Size of the memory-backed /dev/shm of job containers (NCCL's shared-memory transport needs more than
     a container's 64 MiB); counted in the pod's memory; 0: no such volume. Env DT_SHM_SIZE."""
+    preflight: bool = False
+    """Before the training, the chief runs a short Horovod all-reduce sweep over every rank and fails fast
+    (exit 76) naming a pod that is unreachable or hangs (docs/images.md). Off by default: it starts Horovod
+    and TensorFlow once more, seconds to tens of seconds (docs/benchmarks.md). Env DT_PREFLIGHT."""
+    min_busbw: float | None = None
+    """With the pre-flight check (which this turns on): the bus bandwidth, in GB/s, its all-reduce must reach
+    at its largest size, else the job fails naming the slowest pod. Env DT_MIN_BUSBW."""
     allow_egress: tuple[str, ...] = ()
     """CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: anywhere), in
     the job's NetworkPolicy. Env DT_ALLOW_EGRESS, comma-separated."""
@@ -219,7 +227,7 @@ _PARSERS: dict[str, Parser] = {
     "pod_template": optional(podtemplate.load), "worker_template": optional(podtemplate.load),
     "chief_template": optional(podtemplate.load),
     "cpu_per_gpu": parse_amount, "memory_per_gpu": parse_amount, "shm_size": parse_amount,
-    "allow_egress": parse_cidrs,
+    "allow_egress": parse_cidrs, "preflight": parse_bool, "min_busbw": optional(parse_gbps),
 }
 
 

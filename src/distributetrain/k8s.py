@@ -127,7 +127,7 @@ class Kube:
         """One HTTP exchange through the client's ApiClient (its host, credentials and TLS)."""
         headers = {"Accept": "application/json"}
         if request.body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = request.content_type
         method, url, headers, body, post = self.api_client.param_serialize(
             request.method, request.path, query_params=list(request.query), header_params=headers,
             body=request.body, auth_settings=["BearerToken"])
@@ -180,6 +180,10 @@ class Kube:
         """Create an object (its kind and namespace from the body); Conflict (AlreadyExists) when the name is
         taken, NotFound when the namespace is missing."""
         return self._json(k8srequests.create_request(body))
+
+    def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch of the object (e.g. its labels and annotations); NotFound when it is gone."""
+        return self._json(k8srequests.merge_patch_request(kind, namespace, name, patch))
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None,
                uid: str | None = None) -> bool:

@@ -34,11 +34,13 @@ RESOURCES: dict[str, Resource] = {
     "configmaps": Resource("/api/v1", "configmaps"),
     "networkpolicies": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
     "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
+    "events": Resource("/api/v1", "events"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
-                    "NetworkPolicy": "networkpolicies"}
+                    "NetworkPolicy": "networkpolicies", "Event": "events"}
+MERGE_PATCH = "application/merge-patch+json"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Request:
     what: str
     query: tuple[tuple[str, str], ...] = ()
     body: Mapping[str, Any] | None = None
+    content_type: str = "application/json"
 
 
 def path(resource: str, namespace: str | None = None, name: str | None = None,
@@ -115,6 +118,12 @@ def delete_request(resource: str, namespace: str, name: str, *, grace_seconds: i
                    f"delete {resource} {namespace}/{name}", body=options)
 
 
+def merge_patch_request(resource: str, namespace: str, name: str, patch: Mapping[str, Any]) -> Request:
+    """A JSON merge patch (RFC 7386) of one object: e.g. labels and annotations, leaving the rest alone."""
+    return Request("patch", "PATCH", path(resource, namespace, name), f"patch {resource} {namespace}/{name}",
+                   body=patch, content_type=MERGE_PATCH)
+
+
 def watch_request(resource: str, namespace: str | None, *, resource_version: str, label_selector: str | None,
                   timeout_seconds: int) -> Request:
     """A watch from `resource_version` with bookmarks, which the server ends after `timeout_seconds`."""
@@ -158,8 +167,7 @@ def api_error(code: int, body: bytes | str | None, *, what: str, http_reason: st
     fields: dict[str, Any] = {"status": code, "reason": status.get("reason") or None,
                               "details": status.get("details") or {}}
     if code == 403:
-        return Forbidden(f"{what}: Forbidden: {message}. The ServiceAccount running the manager needs this "
-                         "permission: apply rbac/ (see docs/manager.md) in the job's namespace", **fields)
+        return Forbidden(f"{what}: Forbidden: {message}. {forbidden_advice(message)}", **fields)
     if code == 401:
         return ApiError(f"{what}: Unauthorized: {message}. Check the kubeconfig or the ServiceAccount token",
                         **fields)
@@ -171,6 +179,21 @@ def api_error(code: int, body: bytes | str | None, *, what: str, http_reason: st
     if code == 410:
         return Gone(f"{what}: {message}", **fields)
     return ApiError(f"{what}: the API server answered {code}: {message}", **fields)
+
+
+def forbidden_advice(message: str) -> str:
+    """What to do about a 403. Its Status says only Forbidden, whoever refused (RBAC, Pod Security admission,
+    a ResourceQuota); their messages, fixed by the API server, are the one way to tell them apart."""
+    if "violates PodSecurity" in message:
+        return ("The namespace's Pod Security admission refused the pod: give it the securityContext named "
+                "above through the pod template (--pod-template), or use a namespace whose "
+                "pod-security.kubernetes.io/enforce level allows it (docs/real-cluster.md)")
+    if "exceeded quota" in message or "failed quota" in message:
+        return ("A ResourceQuota of the namespace refused it: ask for fewer GPUs or less per GPU "
+                "(--cpu-per-gpu, --memory-per-gpu), set what the quota requires, or have the quota raised "
+                "(kubectl describe resourcequota)")
+    return ("The ServiceAccount running the manager needs this permission: apply rbac/ (see docs/manager.md) "
+            "in the job's namespace")
 
 
 def watch_error(status: Mapping[str, Any], *, what: str) -> ApiError:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import fieldparsers, hostfile, naming, ssh
+from distributetrain import allreduce, allreducecheck, fieldparsers, hostfile, naming, ssh
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
@@ -62,6 +62,10 @@ class Settings:
     ssh_connect_timeout: float
     start_timeout: float
     command: tuple[str, ...]
+    preflight: bool = False            # the pre-flight all-reduce check before the command (allreduce.py)
+    min_busbw: float | None = None     # GB/s its bus bandwidth must reach; turns the check on
+    preflight_timeout: float = 120.0
+    preflight_sizes: str = "1M,16M,64M"
 
 
 def render_hostfile(hosts: Iterable[HostSlots]) -> str:
@@ -182,6 +186,21 @@ def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
         raise InvalidInput(f"{key}: {raw!r} is not an integer") from err
 
 
+def _env_bool(env: Mapping[str, str], key: str) -> bool:
+    try:
+        return fieldparsers.parse_bool(env.get(key) or "false")
+    except ValueError as err:
+        raise InvalidInput(f"{key}: {err}") from None
+
+
+def _env_float(env: Mapping[str, str], key: str) -> float | None:
+    raw = env.get(key, "")
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        raise InvalidInput(f"{key}: {raw!r} is not a number") from None
+
+
 def own_ip(env: Mapping[str, str]) -> str:
     """This pod's IPv4 address: from DT_POD_IPS (status.podIPs, comma-separated) when it holds one, since a
     dual-stack cluster's status.podIP may be IPv6, which Horovod cannot use; else DT_POD_IP."""
@@ -218,6 +237,15 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--ssh-connect-timeout", default="10", help="bound of one ssh attempt")
     parser.add_argument("--start-timeout", default=env.get(naming.ENV_START_TIMEOUT) or "120",
                         help="horovodrun's --start-timeout")
+    parser.add_argument("--preflight", action=argparse.BooleanOptionalAction,
+                        default=_env_bool(env, naming.ENV_PREFLIGHT),
+                        help="run the pre-flight all-reduce check before the command (default: off)")
+    parser.add_argument("--min-busbw", type=float, metavar="GBPS",
+                        default=_env_float(env, naming.ENV_MIN_BUSBW),
+                        help="fail if the check's bus bandwidth is below this (GB/s); turns the check on")
+    parser.add_argument("--preflight-timeout", default="120", help="the check's time limit, Horovod's start "
+                        "included")
+    parser.add_argument("--preflight-sizes", default="1M,16M,64M", help="the check's all-reduce sizes")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
     try:
@@ -227,6 +255,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
             raise
         raise InvalidInput("launcher arguments: see the usage above") from None
     command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command) or DEFAULT_COMMAND
+    try:
+        [allreduce.parse_size(size) for size in args.preflight_sizes.split(",")]
+    except ValueError as err:
+        raise InvalidInput(f"pre-flight sizes: {err}") from None
     return Settings(
         hostfile=args.hostfile, identity_file=args.identity_file, ssh_port=args.ssh_port, pod_ip=args.pod_ip,
         slots=args.slots, num_processes=args.num_processes, transport=args.transport,
@@ -235,6 +267,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         ssh_delay=parse_duration(args.ssh_delay, name="ssh delay"),
         ssh_connect_timeout=parse_duration(args.ssh_connect_timeout, name="ssh connect timeout"),
         start_timeout=parse_duration(args.start_timeout, name="start timeout"), command=command,
+        preflight=bool(args.preflight or args.min_busbw is not None), min_busbw=args.min_busbw,
+        preflight_timeout=parse_duration(args.preflight_timeout, name="pre-flight timeout"),
+        preflight_sizes=args.preflight_sizes,
     )
 
 
@@ -349,6 +384,14 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         child_env["PATH"] = f"{_ssh_wrapper(work)}{os.pathsep}{env.get('PATH', os.defpath)}"
         log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+        if settings.preflight:
+            check = horovodrun_argv(
+                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                identity_file=settings.identity_file, transport=settings.transport,
+                network_interface=settings.network_interface, start_timeout=settings.start_timeout,
+                command=allreducecheck.command(hosts, sizes=settings.preflight_sizes, iterations=5))
+            allreducecheck.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
+                               timeout=settings.preflight_timeout)
         log.info("starting: %s", shlex.join(argv))
         code, failure = _stream(argv, child_env)
     result = exit_code_for(code, failure)

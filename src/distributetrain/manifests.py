@@ -274,6 +274,10 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
            {"name": naming.ENV_SSH_TIMEOUT, "value": f"{spec.ssh_timeout:g}"}]
     if spec.network_interface:
         env.append({"name": naming.ENV_NETWORK_INTERFACE, "value": spec.network_interface})
+    if spec.preflight or spec.min_busbw is not None:
+        env.append({"name": naming.ENV_PREFLIGHT, "value": "true"})
+    if spec.min_busbw is not None:
+        env.append({"name": naming.ENV_MIN_BUSBW, "value": f"{spec.min_busbw:g}"})
     container = {"name": naming.CHIEF_CONTAINER, "args": [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command],
                  "env": env, "volumeMounts": mounts}
     return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner)

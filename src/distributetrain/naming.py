@@ -145,4 +145,23 @@ ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"   # chief: seconds (or 90s, 2m) to wait for e
 ENV_START_TIMEOUT = "DT_START_TIMEOUT"  # chief: horovodrun --start-timeout
 ENV_HOSTFILE = "DT_HOSTFILE"        # chief: default HOSTFILE_MOUNT_PATH/HOSTFILE_KEY
 ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it
+ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
+ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)
 ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs
+
+# What the manager shows on its own pod (observer.py): `kubectl get pod -L distributetrain.io/phase`, and the
+# job's GPUs, plan and training progress in `kubectl describe pod` (docs/observability.md).
+PHASE_LABEL = "distributetrain.io/phase"
+PHASES = ("Planning", "Scheduling", "Launching", "Running", "Succeeded", "Failed")
+JOB_ANNOTATION = "distributetrain.io/job"              # the job this manager runs
+JOB_GPUS_ANNOTATION = "distributetrain.io/job-gpus"    # `6 requested, 6 held`
+PLAN_ANNOTATION = "distributetrain.io/plan"            # `5 on node-1, 1 on node-3 (chief)`
+PROGRESS_ANNOTATION = "distributetrain.io/progress"    # `epoch 3 of 20, step 120, loss 0.4100, ...`
+PHASE_TIMES_ANNOTATION = "distributetrain.io/phase-times"  # `Planning +0.0s, Scheduling +0.4s, ...`
+# Events the manager records name it as their reporting controller (source.component, reportingComponent)
+EVENT_COMPONENT = "distributetrain-manager"
+# The manager's Prometheus metrics (metrics.py): the container port's name and number, and the file through
+# which the two phases (two processes under Manager.sh) hand the job's state to the metrics server
+METRICS_PORT_NAME = "metrics"
+DEFAULT_METRICS_PORT = 9102
+ENV_MANAGER_STATE = "DT_MANAGER_STATE"

@@ -126,6 +126,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     named = [joblog.pod_text(first[n]) if n in first else n for n in workers]
     reporter.say(f"supervising job {job}: chief {joblog.pod_text(first[chief_name])}, workers "
                  f"{joblog.listing(named) or '(none: the chief runs every process)'}")
+    reporter.supervising([first[n] for n in [chief_name, *workers] if n in first])
     follower = LogFollower(kube, namespace, chief_name, reporter.chief_line)
     follower.start()
     chief_deadline = clock() + schedule_timeout
@@ -135,7 +136,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
             started = follower.started.is_set()
             limit = deadline if started else _earliest(deadline, chief_deadline)
             for snapshot in watched.changes(deadline=limit):
-                code = _judge(snapshot, chief_name, workers, follower)
+                code = _judge(snapshot, chief_name, workers, follower, reporter.pod_failed)
                 if code is not None or follower.started.is_set() != started:
                     break  # ended, or the chief started: watch on under the job's own deadline
             else:
@@ -155,6 +156,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     blamed = failed_rank(follower.tail, watched.objects) if code else None
     reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
                  + "; releasing the workers")
+    reporter.finished(code, blamed or "")
     cleanup.delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
 
@@ -179,8 +181,8 @@ def _earliest(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
 
-def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
-           follower: LogFollower) -> int | None:
+def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str], follower: LogFollower,
+           failed: Callable[[podstatus.Pod | None, str], None]) -> int | None:
     """The chief's exit code once it ended; None while the job runs; raise on a lost pod."""
     if follower.error is not None:
         raise follower.error
@@ -200,9 +202,11 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str],
     for name in workers:
         pod = snapshot.get(name)
         if pod is None:
+            failed(None, f"worker pod {name} disappeared while training ran")
             raise WorkerFailed(f"worker pod {name} disappeared while training ran (deleted, or its node was "
                                "removed); the job was stopped")
         if podstatus.is_terminated(pod) or podstatus.is_deleting(pod):
+            failed(pod, podstatus.describe(pod))
             raise WorkerFailed(f"worker failed, the job was stopped: {podstatus.describe(pod)}")
     if podstatus.phase(chief) == "Running":
         follower.started.set()

@@ -112,11 +112,12 @@ class PreTraining:
         while True:
             names = []
             for index, entry in enumerate(plan.workers):
-                names.append(self._create(manifests.worker_pod(
-                    spec, index=index, entry=entry, owner=self.owner,
-                    read_only_claim=self.read_only_claim))["metadata"]["name"])
+                worker = self._create(manifests.worker_pod(spec, index=index, entry=entry, owner=self.owner,
+                                                           read_only_claim=self.read_only_claim))
+                names.append(worker["metadata"]["name"])
                 self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
                                   f"{joblog.gpus_text(entry.gpus)}")
+                self.reporter.pod_created(worker)
             created_at = self._clock()
             timings["workers_created"] = created_at - self._started
             failure, ready = self._wait_for_pods(names, naming.ROLE_WORKER, podstatus.is_ready)
@@ -126,17 +127,20 @@ class PreTraining:
                 if names:
                     self.reporter.say(f"{len(names)} worker(s) Running and Ready "
                                       f"{self._clock() - created_at:.2f}s after their creation")
+                    self.reporter.pods_ready([ready[n] for n in names])
                 hosts = [HostSlots(str(podstatus.pod_ipv4(ready[n])), podstatus.gpus(ready[n]))
                          for n in names]
                 hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
                 self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
+                self.reporter.hostfile_written(hostfile, hosts)
                 chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner,
                                                          read_only_claim=self.read_only_claim))
                 timings["chief_created"] = self._clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
                                   f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
                                   "process(es) from it")
+                self.reporter.pod_created(chief)
                 # the chief belongs to the gang: its GPUs may have been taken since the plan, too
                 created.append(chief["metadata"]["name"])
                 failure, pods = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
@@ -146,9 +150,11 @@ class PreTraining:
                         f"chief {created[-1]} is {podstatus.phase(pods[created[-1]])}, "
                         f"{timings['chief_started'] - timings['chief_created']:.2f}s after its creation; "
                         "its launcher checks every worker's sshd, then starts horovodrun")
+                    self.reporter.chief_started(pods[created[-1]])
                     break
             self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
                               "so no GPU stays held")
+            self.reporter.gang_failed(failure, created)
             self._delete_gang(created)
             if attempt >= spec.retries:
                 raise ScheduleTimeout(

@@ -142,12 +142,12 @@ def pods() -> Iterator[Pods]:
 class Launcher:
     """The chief: entrypoint.sh launcher mode, its output collected line by line as it comes."""
 
-    def __init__(self, pods: Pods, epochs: int, *, slots: dict[str, int]) -> None:
+    def __init__(self, pods: Pods, epochs: int, *, slots: dict[str, int], **env_extra: str) -> None:
         hostfile = pods.base / "hostfile"
         hostfile.write_text("".join(f"{h} slots={n}\n" for h, n in slots.items()))
         env = pods.env("chief", DT_POD_IP="127.0.0.1", DT_SLOTS="1", DT_HOSTFILE=str(hostfile),
                        DT_NUM_PROCESSES=str(1 + sum(slots.values())), DT_NETWORK_INTERFACE="lo",
-                       DT_SSH_TIMEOUT="30")
+                       DT_SSH_TIMEOUT="30", **env_extra)
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self.proc = subprocess.Popen(

@@ -16,6 +16,7 @@ from distributetrain.orchestrator import Orchestrator
 from distributetrain.planner import Plan
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
+from podsecurity import restricted
 
 IMAGE = "distributetrain/base:0.1.0"
 
@@ -63,10 +64,10 @@ class Recorder(Reporter):
 
 def manager_pod(kube: Kube, name: str = "distributetrain-manager") -> ManagerIdentity:
     """A real pod standing for the manager, so ownerReferences point at something the GC can see."""
-    created = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+    created = kube.create(restricted({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default", "labels": {"app.kubernetes.io/name": "distributetrain"}},
         "spec": {"restartPolicy": "Never",
-                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0"}]}})
+                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0"}]}}))
     return ManagerIdentity(name=name, uid=created["metadata"]["uid"], namespace="default")
 
 

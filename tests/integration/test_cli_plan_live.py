@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from kubernetes import client
 
 from distributetrain.cli import main
+from podsecurity import restricted
 
 
 def cli_json(*args: str) -> Any:
@@ -19,10 +20,10 @@ def cli_json(*args: str) -> Any:
 
 
 def gpu_pod(name: str, node: str, gpus: int) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+    return restricted({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"nodeName": node, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                      "containers": [{"name": "main", "image": "busybox:1.36",
-                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}})
 
 
 def test_live_inventory_and_plan_follow_the_pods(local_cluster: Any) -> None:

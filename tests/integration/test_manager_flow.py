@@ -26,6 +26,7 @@ from distributetrain.hostfile import parse
 from distributetrain.k8s import Kube
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
+from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(120)
@@ -156,12 +157,12 @@ def test_gpus_taken_between_plan_and_create(local_cluster_factory: Factory) -> N
     def take_gpu_on_planned_node(plan: Any, attempt: int) -> None:
         if attempt == 0:  # someone else grabs one GPU of the node our 5-GPU worker is about to be pinned to
             node = plan.workers[0].node
-            admin.create({"apiVersion": "v1", "kind": "Pod",
+            admin.create(restricted({"apiVersion": "v1", "kind": "Pod",
                           "metadata": {"name": "intruder", "namespace": "default"},
                           "spec": {"nodeName": node, "restartPolicy": "Never",
                                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                                    "containers": [{"name": "c", "image": IMAGE, "resources": {
-                                       "limits": {"nvidia.com/gpu": "1"}}}]}})
+                                       "limits": {"nvidia.com/gpu": "1"}}}]}}))
 
     recorder = Recorder(on_plan=take_gpu_on_planned_node)
     orch, _ = orchestrator(cluster, spec(schedule_timeout="3s"), recorder=recorder)
@@ -226,11 +227,12 @@ def test_a_job_that_fits_one_node_is_a_chief_alone(local_cluster_factory: Factor
 
 
 def blocker(kube: Kube, node: str, gpus: int) -> None:
-    kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "blocker", "namespace": "default"},
+    kube.create(restricted({"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": "blocker", "namespace": "default"},
                  "spec": {"nodeName": node, "restartPolicy": "Never",
                           "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
                           "containers": [{"name": "c", "image": IMAGE, "resources": {
-                              "limits": {"nvidia.com/gpu": str(gpus)}}}]}})
+                              "limits": {"nvidia.com/gpu": str(gpus)}}}]}}))
 
 
 def test_wait_for_gpus_creates_nothing_while_waiting_then_proceeds(local_cluster_factory: Factory) -> None:

@@ -1,5 +1,7 @@
 """Least privilege: the manager completes under exactly the rules of rbac/, and removing any single rule makes
-the step that needs it fail with the API server's Forbidden message surfaced to the user."""
+the step that needs it fail with the API server's Forbidden message surfaced to the user - except the rules
+that only make the job visible (Events, the manager pod's phase label): without one of those the job still
+succeeds, and the manager's log says once what is not shown."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from manager_support import chief_behavior, leftovers, orchestrator, spec
+from visibility_support import MANAGER, observed_job
 
 from distributetrain.cleanup import delete_job
 from distributetrain.errors import ApiError
@@ -57,16 +60,30 @@ def rbac_cluster(local_cluster_factory: Factory) -> TestCluster:
     return cluster
 
 
-def test_manager_completes_with_exactly_the_rbac_rules(rbac_cluster: TestCluster) -> None:
-    orch, recorder = orchestrator(rbac_cluster, spec(job_name="least", volume_claim="shared"),
+def test_manager_completes_with_exactly_the_rbac_rules(rbac_cluster: TestCluster, tmp_path: Path) -> None:
+    orch, observer = observed_job(rbac_cluster, tmp_path, "least", volume_claim="shared",
                                   kube=as_manager(rbac_cluster))
     assert orch.run() == 0
-    assert "epoch 2" in recorder.chief_out.getvalue()
+    observer.close()
+    assert "epoch 2" in observer.chief_stream.getvalue()
     assert leftovers(rbac_cluster, "least") == {"pods": ["least-chief"]}
+    # the optional rules are used: the manager recorded its Events and labelled its own pod
+    assert "not recorded" not in observer.stream.getvalue()
+    reasons = rbac_cluster.kubectl("get", "events", "--field-selector", f"involvedObject.name={MANAGER}",
+                                   "-o", "jsonpath={.items[*].reason}").stdout.split()
+    assert {"Planned", "TrainingSucceeded", "CleanedUp"} <= set(reasons), reasons
+    label = rbac_cluster.kubectl("get", "pod", MANAGER, "-o", "jsonpath={.metadata.labels}").stdout
+    assert '"distributetrain.io/phase":"Succeeded"' in label
+
+
+def optional(rule: dict[str, Any]) -> bool:
+    """Rules the job runs without: Events, and patching the manager's own pod (its phase label)."""
+    return rule["resources"] == ["events"] or rule.get("resourceNames") == [MANAGER]
 
 
 RULES = [("ClusterRole", i) for i in range(len(roles()["ClusterRole"]["rules"]))] + \
-        [("Role", i) for i in range(len(roles()["Role"]["rules"]))]
+        [("Role", i) for i, rule in enumerate(roles()["Role"]["rules"]) if not optional(rule)]
+OPTIONAL = [i for i, rule in enumerate(roles()["Role"]["rules"]) if optional(rule)]
 
 
 @pytest.mark.parametrize(("kind", "index"), RULES, ids=[f"{k}-{i}" for k, i in RULES])
@@ -87,6 +104,34 @@ def test_removing_any_single_rule_fails_with_forbidden(rbac_cluster: TestCluster
     assert any(f'cannot {verb} resource "{resource}"' in message
                for verb in verbs_or.split("|") for resource in removed["resources"]), message
     delete_job(Kube(rbac_cluster.api_client()), job=job, namespace="default", keep_chief=False)
+
+
+@pytest.mark.parametrize("index", OPTIONAL, ids=[f"Role-{i}" for i in OPTIONAL])
+def test_removing_a_visibility_rule_never_fails_the_job(rbac_cluster: TestCluster, tmp_path: Path,
+                                                        index: int) -> None:
+    role = copy.deepcopy(roles()["Role"])
+    removed = role["rules"].pop(index)
+    apply(rbac_cluster, [role])
+    orch, observer = observed_job(rbac_cluster, tmp_path, f"visible-{index}", volume_claim="shared",
+                                  kube=as_manager(rbac_cluster))
+    assert orch.run() == 0
+    observer.close()
+    log = observer.stream.getvalue()
+    said = ("not recorded: " if removed["resources"] == ["events"]
+            else f"are not shown on pod default/{MANAGER}: ")
+    assert log.count(said) == 1, log  # once, however many writes were refused
+    verb = removed["verbs"][0]
+    assert f'cannot {verb} resource "{removed["resources"][0]}"' in log, log
+    assert "further failures of this kind are not logged" in log
+
+
+def test_the_visibility_rules_are_exactly_create_events_and_patch_the_manager_pod() -> None:
+    rules = [r for r in roles()["Role"]["rules"] if optional(r)]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "resourceNames": [MANAGER], "verbs": ["patch"]}]
+    (pod,) = documents("manifests/DistributeTrain_Manager.yaml")
+    assert pod["metadata"]["name"] == MANAGER
 
 
 def test_rbac_grants_no_writes_cluster_wide() -> None:

@@ -25,6 +25,7 @@ from distributetrain.errors import CannotPlace, InvalidInput
 from distributetrain.jobspec import ManagerIdentity
 from distributetrain.k8s import Kube
 from localcluster.testing import TestCluster, wait_until
+from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(240)
@@ -130,12 +131,12 @@ def test_pods_are_pinned_by_node_name_not_the_hostname_label(local_cluster_facto
 # ---- cpu and memory ---------------------------------------------------------------------------------------
 def hog(kube: Kube, node: str, *, cpu: str, memory: str) -> None:
     """A pod holding cpu and memory on `node` (and no GPU)."""
-    kube.create({"apiVersion": "v1", "kind": "Pod",
+    kube.create(restricted({"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": f"hog-{node}", "namespace": "default"},
                  "spec": {"nodeName": node, "restartPolicy": "Never",
                           "tolerations": [{"operator": "Exists"}],
                           "containers": [{"name": "hog", "image": "busybox:1.36",
-                                          "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}})
+                                          "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}}))
 
 
 def test_a_node_without_room_for_the_pods_memory_is_not_eligible(local_cluster_factory: Factory) -> None:

@@ -32,6 +32,7 @@ from distributetrain.k8s import Kube
 from distributetrain.orchestrator import Orchestrator
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
+from podsecurity import restricted
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))
@@ -216,10 +217,10 @@ class ManagerThread:
 
 def manager_pod(kube: Kube, name: str = "distributetrain-manager") -> ManagerIdentity:
     """A real pod object standing for the manager, so ownerReferences point at something the GC sees."""
-    created = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+    created = kube.create(restricted({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": "default", "labels": {"app.kubernetes.io/name": "distributetrain"}},
         "spec": {"restartPolicy": "Never", "containers": [
-            {"name": "manager", "image": "distributetrain/manager:0.1.0"}]}})
+            {"name": "manager", "image": "distributetrain/manager:0.1.0"}]}}))
     return ManagerIdentity(name=name, uid=created["metadata"]["uid"], namespace="default")
 
 

@@ -26,6 +26,7 @@ from reliability_support import (
 
 from distributetrain import naming
 from distributetrain.k8s import Kube
+from podsecurity import restricted
 
 
 class GangMonitor(threading.Thread):
@@ -205,12 +206,12 @@ def test_twenty_jobs_at_once_on_100_nodes(local_cluster_factory: Factory, row: C
 
 
 def _blocker(kube: Kube, node: str, gpus: int) -> None:
-    kube.create({"apiVersion": "v1", "kind": "Pod",
+    kube.create(restricted({"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": "someone-else", "namespace": "default"},
                  "spec": {"nodeName": node, "restartPolicy": "Never",
                           "tolerations": [{"key": naming.DEFAULT_RESOURCE, "operator": "Exists"}],
                           "containers": [{"name": "c", "image": IMAGE, "resources": {
-                              "limits": {naming.DEFAULT_RESOURCE: str(gpus)}}}]}})
+                              "limits": {naming.DEFAULT_RESOURCE: str(gpus)}}}]}}))
 
 
 def test_wait_for_gpus_then_proceed(local_cluster_factory: Factory, row: Callable[..., object]) -> None:

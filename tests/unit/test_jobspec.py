@@ -51,7 +51,8 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
            "DT_NETWORK_POLICY": "off", "DT_SERVICE_ACCOUNT": "trainer", "DT_IMAGE_PULL_POLICY": "Always",
            "DT_IMAGE_PULL_SECRETS": "regcred, other", "DT_POD_TEMPLATE": str(template),
            "DT_WORKER_TEMPLATE": str(template), "DT_CHIEF_TEMPLATE": "", "DT_CPU_PER_GPU": "500m",
-           "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0"}
+           "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0",
+           "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5"}
     s = JobSpec.from_sources({}, env)
     assert s.pod_template is not None and s.pod_template.metadata == {"annotations": {"team": "ml"}}
     assert s == JobSpec(
@@ -67,7 +68,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         image_pull_secrets=("regcred", "other"), pod_template=s.pod_template,
         worker_template=s.worker_template,
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
-        shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"))
+        shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), preflight=True, min_busbw=12.5)
     # every field has its variable, named DT_<FIELD>
     assert {env_name(f.name) for f in dataclasses.fields(JobSpec)} == set(env)
 

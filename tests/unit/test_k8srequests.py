@@ -83,6 +83,13 @@ def test_create_and_delete_carry_their_bodies() -> None:
         (403, status(403, "Forbidden", 'pods is forbidden: User "x" cannot create resource "pods"'),
          Forbidden, "Forbidden", "Forbidden: pods is forbidden: User \"x\" cannot create resource \"pods\". "
                                  "The ServiceAccount running the manager needs this permission"),
+        (403, status(403, "Forbidden", 'pods "p" is forbidden: violates PodSecurity "restricted:latest": '
+                                       "runAsNonRoot != true (pod must set runAsNonRoot=true)"),
+         Forbidden, "Forbidden", "Pod Security admission refused the pod: give it the securityContext"),
+        (403, status(403, "Forbidden", 'pods "p" is forbidden: exceeded quota: gpus, requested: '
+                                       "requests.nvidia.com/gpu=5, used: requests.nvidia.com/gpu=4, limited: "
+                                       "requests.nvidia.com/gpu=8"),
+         Forbidden, "Forbidden", "A ResourceQuota of the namespace refused it"),
         (404, status(404, "NotFound", 'pods "p" not found', name="p", kind="pods"),
          NotFound, "NotFound", 'not found: pods "p" not found'),
         (409, status(409, "AlreadyExists", 'secrets "s" already exists', name="s", kind="secrets"),

@@ -47,7 +47,8 @@ def test_the_kustomization_is_the_rbac_and_the_manifests_unchanged() -> None:
     expected = {key(o): o for o in files(*shipped)}
     assert {key(o): o for o in objects} == expected
     # the manager reads the job pods' template from the ConfigMap it mounts
-    (volume,) = next(o for o in objects if o["kind"] == "Pod")["spec"]["volumes"]
+    (volume,) = [v for v in next(o for o in objects if o["kind"] == "Pod")["spec"]["volumes"]
+                 if "configMap" in v]
     mount = next(m for m in manager(objects)["volumeMounts"] if m["name"] == volume["name"])
     (key_name,) = expected[("ConfigMap", volume["configMap"]["name"])]["data"]
     assert env(manager(objects))["DT_POD_TEMPLATE"] == f"{mount['mountPath']}/{key_name}"

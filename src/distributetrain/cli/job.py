@@ -115,6 +115,12 @@ def _request_options(command: F) -> F:
              help="The memory-backed /dev/shm of job containers (NCCL); 0: the runtime's 64 MiB."),
         _opt("--allow-egress", multiple=True, metavar="CIDR", env="DT_ALLOW_EGRESS, comma-separated",
              help="Where job pods may connect besides each other and DNS (0.0.0.0/0: anywhere). Repeatable."),
+        _opt("--preflight/--no-preflight", env="DT_PREFLIGHT", default="off",
+             help="Before training, a short all-reduce over every rank: fails fast (exit 76) naming a pod "
+                  "that is unreachable or hangs."),
+        _opt("--min-busbw", metavar="GBPS", env="DT_MIN_BUSBW",
+             help="The pre-flight's bus bandwidth must reach this (GB/s), else exit 76 naming the slowest "
+                  "pod; turns the pre-flight on."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
     for option in reversed(options):
@@ -161,8 +167,39 @@ def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
     from distributetrain.orchestrator import Orchestrator
 
-    return Orchestrator(_kube(params["kubeconfig"], params["context"]), spec,
-                        owner=ManagerIdentity.from_env(os.environ), started_at=_started_at())
+    kube = _kube(params["kubeconfig"], params["context"])
+    observer = _observer(kube, job=spec.job_name, namespace=spec.namespace, gpus=spec.gpus)
+    return Orchestrator(kube, spec, owner=ManagerIdentity.from_env(os.environ), started_at=_started_at(),
+                        reporter=observer)
+
+
+def _observer(kube: Any, *, job: str, namespace: str, gpus: int = 0) -> Any:
+    """The Reporter that also records the job's Events, the manager pod's phase label and annotations, and
+    the state the metrics server serves (DT_MANAGER_STATE, set by Manager.sh: PostTraining goes on from
+    what PreTraining left there)."""
+    from pathlib import Path
+
+    from distributetrain import jobstate
+    from distributetrain.observer import Observer
+
+    path = Path(os.environ[naming.ENV_MANAGER_STATE]) if os.environ.get(naming.ENV_MANAGER_STATE) else None
+    state = None
+    if path is not None:
+        try:
+            state = jobstate.loads(path.read_text())
+        except (OSError, ValueError):
+            state = None
+    if state is None or (state.job, state.namespace) != (job, namespace):
+        state = jobstate.initial(job=job, namespace=namespace, gpus=gpus, started_at=_started_at())
+    return Observer(kube, state, manager=ManagerIdentity.from_env(os.environ), state_file=path)
+
+
+def _closing(reporter: Any) -> Any:
+    """Publish the job's last state before the process exits (at most a few seconds)."""
+    import contextlib
+
+    close = getattr(reporter, "close", None)
+    return contextlib.closing(reporter) if close is not None else contextlib.nullcontext()
 
 
 @click.command("run", epilog=_FLOW, context_settings={"ignore_unknown_options": False})
@@ -188,7 +225,10 @@ def run_command(dry_run: bool, output: str, **params: Any) -> None:
                                  owner=ManagerIdentity.from_env(os.environ))
         sys.stdout.write(dryrun.render(objects, output))
         return
-    sys.exit(_orchestrator(params).run())
+    orchestrator = _orchestrator(params)
+    with _closing(orchestrator.reporter):
+        code = orchestrator.run()
+    sys.exit(code)
 
 
 @click.command("launch", epilog=_FLOW)
@@ -201,7 +241,9 @@ def launch_command(quiet: bool, **params: Any) -> None:
 
     Follow it with `distributetrain wait JOB`. On any failure everything created is deleted.
     """
-    started = _orchestrator(params).run_pretraining()
+    orchestrator = _orchestrator(params)
+    with _closing(orchestrator.reporter):
+        started = orchestrator.run_pretraining()
     if not quiet:
         click.echo(started.job)  # for scripts: JOB=$(distributetrain launch ...)
 
@@ -225,11 +267,13 @@ def posttraining_command(job_name: str | None, namespace: str | None, keep_chief
             keep_chief = parse_bool(os.environ.get(env_name("keep_chief"), "true"))
         except ValueError as err:
             raise InvalidInput(f"keep_chief ({env_name('keep_chief')}): {err}") from None
-    code = run_posttraining(
-        _kube(kubeconfig, context),
-        job=_job_name(job_name or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME),
-        namespace=namespace or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE,
-        keep_chief=keep_chief, started_at=_started_at())
+    kube = _kube(kubeconfig, context)
+    job = _job_name(job_name or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME)
+    namespace = namespace or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE
+    observer = _observer(kube, job=job, namespace=namespace)
+    with _closing(observer):
+        code = run_posttraining(kube, job=job, namespace=namespace, keep_chief=keep_chief,
+                                started_at=_started_at(), reporter=observer)
     sys.exit(code)
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import paramiko
 import pytest
 
-from conftest import make_api_client
+from apiclient import make_api_client
 from localcluster.testing import TestCluster, kubectl_path, start_cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -339,7 +339,7 @@ def test_port_forward_to_a_closed_port_says_why(cluster: TestCluster, web: str) 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_port_forward_carries_an_ssh_session_to_the_base_image_worker(cluster: TestCluster,
                                                                      protocol: str) -> None:
-    from distributetrain import sshkeys
+    from distributetrain import naming, sshkeys
 
     name = f"ssh-{protocol}"
     keys = sshkeys.generate(name)
@@ -352,7 +352,9 @@ def test_port_forward_carries_an_ssh_session_to_the_base_image_worker(cluster: T
         "name": "worker", "image": BASE_IMAGE,
         "volumeMounts": [{"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly": True}],
         "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1}}],
-        volumes=[{"name": "ssh", "secret": {"secretName": name, "defaultMode": 0o400}}])
+        # the image runs sshd as its non-root account, which reads the key through the pod's fsGroup
+        volumes=[{"name": "ssh", "secret": {"secretName": name, "defaultMode": 0o440}}],
+        securityContext={"fsGroup": naming.IMAGE_GID})
     forward = PortForward(cluster, f"pod/{name}", 2222, protocol)
     try:
         with socket.create_connection(("127.0.0.1", forward.port), timeout=10) as sock:
@@ -360,7 +362,7 @@ def test_port_forward_carries_an_ssh_session_to_the_base_image_worker(cluster: T
             transport.start_client(timeout=20)
             assert transport.remote_version.startswith("SSH-2.0-OpenSSH")
             key = paramiko.Ed25519Key.from_private_key(io.StringIO(keys.private_openssh().decode()))
-            transport.auth_publickey("root", key)
+            transport.auth_publickey(naming.IMAGE_USER, key)
             channel = transport.open_session()
             channel.exec_command("hostname")
             assert channel.makefile().read().decode().strip() == name

@@ -1,0 +1,235 @@
+"""The pre-flight all-reduce check (nccl-tests' idea, with Horovod): before the user's command, the chief's
+launcher runs this module on every rank under horovodrun (`python -m distributetrain.allreduce`), and reads
+what rank 0 prints (docs/images.md, "The pre-flight all-reduce check").
+
+On every rank: Horovod starts (each rank says `ready`), then rank 0 and the first rank of each other pod
+all-reduce the largest size pairwise, one pod at a time (the link from the chief to that pod: a hang here
+names the pod), then all ranks together a few sizes, a few iterations each. NCCL reduces on GPUs (when
+Horovod was built with it and a GPU is visible), Gloo on the CPU. Bandwidths as nccl-tests reports them:
+algbw = bytes / time, busbw = algbw * 2(n-1)/n for an all-reduce over n ranks, in GB/s (10^9 bytes).
+
+The pure part (the lines, reading them back, the verdict) is used by the launcher; `main` needs Horovod and
+TensorFlow, as in the base image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from distributetrain.hostfile import HostSlots
+
+MARKER = "dt-preflight"
+DEFAULT_SIZES = (1 << 20, 16 << 20, 64 << 20)
+DEFAULT_ITERATIONS = 5
+_LINE = re.compile(r"(?:^|[\s:])dt-preflight (\w+)((?:\s+\S+=\S+)*)\s*$")
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One timed all-reduce: `ranks` ranks, `size` bytes each, `seconds` per iteration."""
+
+    ranks: int
+    size: int
+    seconds: float
+    host: str | None = None   # a pairwise measure: the pod whose link to the chief was measured
+
+    @property
+    def algbw(self) -> float:
+        return self.size / self.seconds / 1e9 if self.seconds > 0 else float("inf")
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * 2 * (self.ranks - 1) / self.ranks if self.ranks > 1 else self.algbw
+
+
+@dataclass
+class Report:
+    """What the ranks said, read back from their output."""
+
+    ready: set[int]
+    pairs: list[Measure]
+    sweep: list[Measure]
+    started_pair: str | None = None  # the pod of a pairwise measure that started and did not end
+    backend: str = ""
+    done: bool = False
+
+
+def parse_size(text: str) -> int:
+    """`1M`, `16M`, `64M`, `512K`, `1G` or bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    if not number.isdigit() or int(number) * scale < 4:
+        raise ValueError(f"size {text!r}: give bytes, or a number with K, M or G (at least 4 bytes)")
+    return int(number) * scale
+
+
+def size_text(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def first_ranks(hosts: Sequence[HostSlots]) -> list[tuple[str, int]]:
+    """Each pod's first rank (Horovod fills pods in hostfile order, every slot of one before the next)."""
+    out, rank = [], 0
+    for host in hosts:
+        if host.slots:
+            out.append((host.host, rank))
+        rank += host.slots
+    return out
+
+
+def line(kind: str, **fields: object) -> str:
+    return " ".join([MARKER, kind, *(f"{k}={v}" for k, v in fields.items())])
+
+
+def read(lines: Iterable[str]) -> Report:
+    """The ranks' lines (horovodrun's `[R]<stdout>:` prefixes and all) as a Report."""
+    report = Report(ready=set(), pairs=[], sweep=[])
+    for text in lines:
+        match = _LINE.search(text.rstrip("\r\n"))
+        if match is None:
+            continue
+        kind = match[1]
+        fields = dict(item.split("=", 1) for item in match[2].split())
+        try:
+            if kind == "ready":
+                report.ready.add(int(fields["rank"]))
+                report.backend = fields.get("backend", report.backend)
+            elif kind == "pair" and "seconds" not in fields:
+                report.started_pair = fields["host"]
+            elif kind == "pair":
+                report.pairs.append(Measure(2, int(fields["size"]), float(fields["seconds"]), fields["host"]))
+                report.started_pair = None
+            elif kind == "allreduce":
+                report.sweep.append(Measure(int(fields["ranks"]), int(fields["size"]),
+                                            float(fields["seconds"])))
+            elif kind == "done":
+                report.done = True
+        except (KeyError, ValueError):
+            continue
+    return report
+
+
+def slowest(report: Report) -> Measure | None:
+    """The pod whose link to the chief measured slowest."""
+    return min(report.pairs, key=lambda m: m.busbw) if report.pairs else None
+
+
+def verdict(report: Report, *, hosts: Sequence[HostSlots], ranks: int, min_busbw: float | None,
+            timed_out: bool, exit_code: int) -> str | None:
+    """Why the check failed, naming the pod to blame; None when it passed."""
+    pods = first_ranks(hosts)
+    if timed_out or exit_code or not report.done:
+        how = "hung" if timed_out else f"failed (horovodrun exited with {exit_code})"
+        missing = sorted({host for host, _ in _rank_hosts(hosts) if _ranks_of(hosts, host) - report.ready})
+        if missing:
+            return (f"the pre-flight all-reduce {how}: {len(missing)} pod(s) never started their ranks: "
+                    f"{', '.join(missing)} (unreachable from the chief, or Horovod could not start there)")
+        if report.started_pair is not None:
+            return (f"the pre-flight all-reduce {how} between the chief and {report.started_pair}: that pod "
+                    "is unreachable on Horovod's ports or far too slow")
+        return (f"the pre-flight all-reduce {how} with every rank started, after "
+                f"{len(report.sweep)} of its sizes; pods: {', '.join(h for h, _ in pods)}")
+    if min_busbw is not None and report.sweep:
+        largest = max(report.sweep, key=lambda m: m.size)
+        if largest.busbw < min_busbw:
+            worst = slowest(report)
+            blame = (f"; the slowest pod is {worst.host} ({worst.busbw:.3g} GB/s to the chief)" if worst
+                     else "; every rank is in the chief's pod")
+            return (f"the pre-flight all-reduce over {ranks} ranks reached {largest.busbw:.3g} GB/s bus "
+                    f"bandwidth at {size_text(largest.size)}, below --min-busbw {min_busbw:g} GB/s{blame}")
+    return None
+
+
+def summary(report: Report) -> list[str]:
+    """What the launcher logs: per size the time, algorithm and bus bandwidth; the pairs' slowest."""
+    out = [f"pre-flight {size_text(m.size)} over {m.ranks} ranks ({report.backend or '?'}): "
+           f"{m.seconds * 1000:.1f} ms, algbw {m.algbw:.3g} GB/s, busbw {m.busbw:.3g} GB/s"
+           for m in report.sweep]
+    worst = slowest(report)
+    if worst is not None:
+        out.append(f"pre-flight pods to the chief at {size_text(worst.size)}: "
+                   + ", ".join(f"{m.host} {m.busbw:.3g} GB/s" for m in report.pairs)
+                   + f"; slowest {worst.host}")
+    return out
+
+
+def _rank_hosts(hosts: Sequence[HostSlots]) -> list[tuple[str, int]]:
+    out, rank = [], 0
+    for host in hosts:
+        for _ in range(host.slots):
+            out.append((host.host, rank))
+            rank += 1
+    return out
+
+
+def _ranks_of(hosts: Sequence[HostSlots], host: str) -> set[int]:
+    return {rank for name, rank in _rank_hosts(hosts) if name == host}
+
+
+# ---- on every rank (needs Horovod and TensorFlow) ---------------------------------------------------------
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m distributetrain.allreduce",
+                                     description="The pre-flight all-reduce sweep; run under horovodrun.")
+    parser.add_argument("--hosts", required=True, help="HOST:SLOTS,... in hostfile order (the chief first)")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
+    parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    args = parser.parse_args(argv)
+    hosts = [HostSlots(h.rpartition(":")[0], int(h.rpartition(":")[2])) for h in args.hosts.split(",")]
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    pods = first_ranks(hosts)
+    pairs = [(host, hvd.ProcessSet([0, rank])) for host, rank in pods if rank != 0]
+    hvd.init(process_sets=[s for _, s in pairs])
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+    backend = "NCCL" if gpus and hvd.nccl_built() else "Gloo"
+    device = "/GPU:0" if gpus else "/CPU:0"
+    rank = hvd.rank()
+    print(line("ready", rank=rank, host=socket.gethostname(), backend=backend), flush=True)
+
+    def timed(size: int, process_set: object, iterations: int) -> float:
+        with tf.device(device):
+            tensor = tf.ones([size // 4], dtype=tf.float32)
+            # a warm-up first: connections, buffers
+            hvd.allreduce(tensor, op=hvd.Sum, process_set=process_set).numpy()
+            start = time.perf_counter()
+            for _ in range(iterations):
+                result = hvd.allreduce(tensor, op=hvd.Sum, process_set=process_set)
+            result.numpy()  # wait for the last one
+        return (time.perf_counter() - start) / iterations
+
+    largest = max(sizes)
+    for host, process_set in pairs:
+        if rank == 0:
+            print(line("pair", host=host, size=largest), flush=True)
+        if process_set.included():
+            seconds = timed(largest, process_set, max(1, args.iterations // 2))
+            if rank == 0:
+                print(line("pair", host=host, size=largest, seconds=f"{seconds:.6f}"), flush=True)
+    for size in sizes:
+        seconds = timed(size, hvd.global_process_set, args.iterations)
+        if rank == 0:
+            print(line("allreduce", ranks=hvd.size(), size=size, seconds=f"{seconds:.6f}"), flush=True)
+    if rank == 0:
+        print(line("done"), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

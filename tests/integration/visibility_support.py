@@ -1,0 +1,44 @@
+"""What the tests of the job's visibility share: a pod standing for the manager, and a job run with the
+Observer as its Reporter (Events, the manager pod's label and annotations, the metrics' state file)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from manager_support import spec
+
+from distributetrain import jobstate
+from distributetrain.jobspec import ManagerIdentity
+from distributetrain.k8s import Kube
+from distributetrain.observer import Observer
+from distributetrain.orchestrator import Orchestrator
+from localcluster.testing import TestCluster
+
+MANAGER = "distributetrain-manager"
+
+
+def manager_pod(kube: Kube) -> ManagerIdentity:
+    """A pod standing for the manager (restricted, as the demo namespace enforces), to carry its Events,
+    label and annotations."""
+    created = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": MANAGER, "namespace": "default", "labels": {"app.kubernetes.io/name": "distributetrain"}},
+        "spec": {"restartPolicy": "Never",
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                     "seccompProfile": {"type": "RuntimeDefault"}},
+                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0",
+                                 "securityContext": {"allowPrivilegeEscalation": False,
+                                                     "capabilities": {"drop": ["ALL"]}}}]}})
+    return ManagerIdentity(name=MANAGER, uid=created["metadata"]["uid"], namespace="default")
+
+
+def observed_job(cluster: TestCluster, tmp_path: Path, job: str, *, kube: Kube | None = None,
+                 **fields: object) -> tuple[Orchestrator, Observer]:
+    """The job `job` run by a manager (as `kube`, admin by default) whose Reporter is the Observer."""
+    owner = manager_pod(Kube(cluster.api_client()))
+    kube = kube or Kube(cluster.api_client())
+    job_spec = spec(job_name=job, **fields)
+    state = jobstate.initial(job=job, namespace="default", gpus=job_spec.gpus)
+    observer = Observer(kube, state, manager=owner, state_file=tmp_path / "state.json",
+                        stream=io.StringIO(), chief_stream=io.StringIO(), patch_interval=0.5)
+    return Orchestrator(kube, job_spec, owner=owner, reporter=observer), observer
