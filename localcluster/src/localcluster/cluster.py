@@ -71,6 +71,9 @@ class ClusterSpec:
     # node's name, as on EKS, so pods pinned by that label to a node name stay Pending there too
     hostname_label_suffix: str = ""
     event_ttl: float = 3600.0              # seconds an event lives after its last occurrence (--event-ttl)
+    # each node's link to the other nodes, "RATE[,DELAY]" like "1gbit" (process runtime, netns mode only;
+    # runtime/nodelink.py); empty: pods of different nodes talk as fast as pods of one node
+    node_link: str = ""
 
 
 def pod_cidr(index: int) -> str:
@@ -127,6 +130,17 @@ def make_runtime(name: str, options: dict[str, Any]) -> PodRuntime:
     return runtime
 
 
+def runtime_options(spec: ClusterSpec) -> dict[str, Any]:
+    """The runtime's keyword arguments: `spec.runtime_options`, plus the node link for the process runtime."""
+    options = dict(spec.runtime_options)
+    if spec.node_link:
+        if spec.runtime != "process":
+            raise InvalidInput(f"--node-link {spec.node_link}: node links need the process runtime "
+                               "(--runtime process); simulated pods send no traffic")
+        options["node_link"] = spec.node_link
+    return options
+
+
 class LocalCluster:
     def __init__(self, spec: ClusterSpec | None = None, *, state_dir: Path | None = None,
                  runtime: PodRuntime | None = None) -> None:
@@ -138,7 +152,7 @@ class LocalCluster:
         self._own_dir = state_dir is None
         self.dir = Path(state_dir) if state_dir is not None else Path(tempfile.mkdtemp(prefix="dt-cluster-"))
         self.state_dir = self.dir / "state"
-        self.runtime: PodRuntime = runtime or make_runtime(self.spec.runtime, dict(self.spec.runtime_options))
+        self.runtime: PodRuntime = runtime or make_runtime(self.spec.runtime, runtime_options(self.spec))
         self.store = Store(history=self.spec.history)
         self.tokens = TokenAuthority()
         self.faults = Faults()

@@ -43,7 +43,8 @@ def tail(path: Path, lines: int = 20) -> str:
 
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
-                  hostname_label_suffix: str = "", network_policy: bool = True) -> list[str]:
+                  hostname_label_suffix: str = "", network_policy: bool = True,
+                  node_link: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -51,6 +52,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--pod-security", pod_security]
     if hostname_label_suffix:
         command += ["--hostname-label-suffix", hostname_label_suffix]
+    if node_link:
+        command += ["--node-link", node_link]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     return command if network_policy else [*command, "--no-network-policy"]
 
