@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import model, report
+from bench import model, report, throughput_report
+from bench.docblocks import provenance
 from bench.experiment import COMPARED
 from bench.goals import checks_table, goals, placement_checks, speed_checks
 from bench.headline import headline
 from bench.plots import ordered
 from bench.policies import label
-from bench.store import PLACEMENT
+from bench.store import PLACEMENT, THROUGHPUT
 from bench.workload import CLUSTER_SHAPES, CLUSTER_TITLES, make_cluster
 
 
@@ -24,7 +25,7 @@ def _took(seconds: float | None) -> str:
 
 def _provenance(runs: Mapping[str, Any], placement: Mapping[str, Any] | None,
                 speed: Mapping[str, Any]) -> str:
-    present = ([PLACEMENT] if placement is not None else []) + list(speed)
+    present = ([PLACEMENT] if placement is not None else []) + list(speed)  # throughput is one of speed
     body = []
     for name in present:
         run = runs.get(name) or {}
@@ -63,7 +64,7 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         + speed_checks(speed)
     verdicts["checks"] = checks
     parts += ["## In short\n",
-              "The numbers that matter, each against its goal (placement: under the derived span cost, "
+              "The numbers that matter, each against its goal (placement: under the simulator's span cost, "
               "Helios mix; the sections below give every cell). A goal with nothing measured or nothing to "
               "compare is not met.\n",
               checks_table(checks) if checks else "Nothing measured yet.", "",
@@ -73,10 +74,10 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         images_by_name = {p.name: _rel(p, doc) for p in images}
         parts += [
             "## Placement quality: the goals\n",
-            "Goals from issue 8, judged under the span cost derived from the bandwidth figures and, as a "
-            "check, under the issue's own rough model. Where we fall short it says so. The share of big jobs "
-            "on the fewest nodes their size needs is a figure, not a goal; the last row is a sanity check a "
-            "correct planner passes by construction, not a goal.\n", placement_table, "",
+            f"Goals from issue 8, judged under the simulator's span cost ({_span_used(placement)}) and, as "
+            "a check, under the issue's own rough model. Where we fall short it says so. The share of big "
+            "jobs on the fewest nodes their size needs is a figure, not a goal; the last row is a sanity "
+            "check a correct planner passes by construction, not a goal.\n", placement_table, "",
             headline(rows, placement["fill"], clusters, placement["records"]),
             f"![JCT of 8+ GPU jobs relative to the ideal bound]({images_by_name['jct_at_0.9.png']})\n",
             _setup(placement, clusters),
@@ -101,7 +102,7 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         if any(r["span"] == "rough" for r in rows):
             parts += [
                 f"### Sensitivity: the issue's rough {int(100 * 0.30)}% per extra node instead of "
-                "the derived model, load 0.9, jobs of 8+ GPUs (seeds 0-2)\n",
+                "the simulator's span cost, load 0.9, jobs of 8+ GPUs (seeds 0-2)\n",
                 report.jct_table(rows, clusters, policies, "jct_mean_8plus", loads=(0.9,), span="rough"), ""]
         parts += [
             "## Nodes spanned\n",
@@ -142,19 +143,26 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
             f"![queueing delay]({images_by_name['wait_by_size.png']})\n",
             _method(),
         ]
-    parts += ["## Speed and overhead\n", report.speed_section(speed, runs) if speed else "Not run.\n"]
+    images_by_name = {p.name: _rel(p, doc) for p in images}
+    parts += [f"## {throughput_report.TITLE}\n",
+              throughput_report.section(speed.get(THROUGHPUT), provenance(runs.get(THROUGHPUT)),
+                                        images_by_name.get("throughput_slowdown.png"))]
+    others = {name: result for name, result in speed.items() if name != THROUGHPUT}
+    parts += ["## Speed and overhead\n", report.speed_section(others, runs) if others else "Not run.\n"]
     parts += [
         "## Reproduce\n",
         "`make bench` (the same as `python -m bench.run`) measures every section and rewrites this file, the "
         "plots in docs/img/benchmarks/, the JSON in bench/results/ (placement_runs.json has every run's "
-        "metrics, placement_summary.json the averages over seeds, speed.json the speed benches, runs.json "
-        "when each section was measured) and the measured blocks in docs/planner.md and docs/manager.md. "
-        "`--only SECTION[,SECTION...]` measures only those sections (placement, planner_speed, apiserver, "
-        "manager_overhead, scale, demo_phases, preflight, or `speed` for the six speed benches) and keeps "
-        "the others' "
-        "results; `--render-only` measures nothing and re-renders everything from the JSON. `python -m "
-        "bench.run --quick` is the smoke run the test suite makes (small clusters, one seed; it writes to "
-        "bench/results/quick/ and never touches docs/).\n"]
+        "metrics, placement_summary.json the averages over seeds, speed.json the speed benches and the "
+        "throughput runs, runs.json when each section was measured) and the measured blocks in "
+        "docs/planner.md and docs/manager.md. `--only SECTION[,SECTION...]` measures only those sections "
+        "(placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput, "
+        "or `speed` for the six speed benches) and keeps the others' results; `--render-only` measures "
+        "nothing and re-renders everything from the JSON. A new throughput run that changes the measured "
+        "profile asks for its numbers in bench/model.py (the section above says so), then `--only "
+        "placement` re-runs the comparison with them. `python -m bench.run --quick` is the smoke run the "
+        "test suite makes (small clusters, one seed, no throughput jobs; it writes to bench/results/quick/ "
+        "and never touches docs/).\n"]
     return "\n".join(parts) + "\n", verdicts
 
 
@@ -186,6 +194,21 @@ def _setup(placement: Mapping[str, Any], clusters: Sequence[str]) -> str:
     ])
 
 
+def _span_used(placement: Mapping[str, Any]) -> str:
+    """Which span cost the stored placement run was simulated under, and whether it is bench/model.py's."""
+    used = (placement.get("span_cost") or {}).get("one_node_job_on")
+    now = model.SPAN_COST.summary()["one_node_job_on"]
+    if used is None:
+        return ("simulated before runs recorded their span cost: the 2017-derived model, a one-node job on 2 "
+                f"nodes {model.DERIVED_2017_SPAN_COST.slowdown(2, 1):.3f}x; bench/model.py now charges "
+                f"{now['2']:.3f}x: re-run `python -m bench.run --only placement`")
+    said = f"a one-node job on 2, 3, 4 nodes {used['2']:.3f}x, {used['3']:.3f}x, {used['4']:.3f}x"
+    if used != now:
+        return (f"simulated under {said}; bench/model.py now charges {now['2']:.3f}x, {now['3']:.3f}x, "
+                f"{now['4']:.3f}x: re-run `python -m bench.run --only placement`")
+    return f"{said}, as calibrated by the throughput runs below"
+
+
 def _steps(cost: model.SpanCost) -> str:
     """The slowdown of a one-node job on 2, 3, 4 nodes, and of a two-node job on 3 and 4."""
     one = ", ".join(f"{k} nodes {cost.slowdown(k, 1):.3f}x" for k in (2, 3, 4))
@@ -194,24 +217,26 @@ def _steps(cost: model.SpanCost) -> str:
 
 
 def _method() -> str:
-    cost = model.SPAN_COST
+    cost, old = model.SPAN_COST, model.DERIVED_2017_SPAN_COST
+    profile = ", ".join(f"{p:.2f}" for p in model.MEASURED_PROFILE)
     return f"""## How the simulator works, and what it leaves out
 
 - **Queue**: strict first-come-first-served. Only the head of the queue may start; while it waits, everyone
   behind it waits (head-of-line blocking). Backfilling would help every policy alike and hide fragmentation
   behind reordering. A job starts as soon as enough GPUs are free in total: every policy here may split a job
   over any number of nodes, so fragmentation never blocks a start - it costs run time instead.
-- **Span cost** (`bench/model.py`, `SpanCost`): a data-parallel step is compute plus exposed all-reduce.
-  Horovod's published 90% and 68% scaling efficiency on 512 GPUs put exposed cross-node communication at
-  {cost.comm_cross:.2f}x compute (mean of 1/0.9-1 and 1/0.68-1). A100 all-reduce bus bandwidth is ~230 GB/s in
-  a node and 57-91 GB/s across two ({model.BUS_BW_IN_NODE_GBPS / model.BUS_BW_CROSS_NODE_GBPS:.1f}x at the
-  midpoint), so the same traffic inside one node costs {cost.comm_in:.3f}x. Across k nodes the all-reduce
-  is hierarchical and the traffic each node sends grows as 2(k-1)/k, calibrated to the two-node figure:
-  comm(1) = {cost.comm_in:.3f},
-  comm(k) = {cost.comm_in:.3f} + {cost.comm_cross - cost.comm_in:.3f} x 2(k-1)/k. A job on k nodes whose size
-  needs k0 on an empty cluster runs (1 + comm(k)) / (1 + comm(k0)) times as long. Per
-  extra node: {_steps(cost)}. So the first extra node of a job that fits one node costs most; a 64-GPU job
-  spread over 16 nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. The issue's rough model
+- **Span cost** (`bench/model.py`, `SpanCost`): a data-parallel step is compute plus exposed all-reduce,
+  comm(k) as a share of compute on k nodes. Across two nodes it is Horovod's published figure:
+  {cost.comm_cross:.2f}x compute (mean of 1/0.9-1 and 1/0.68-1, 90% and 68% scaling efficiency on 512 GPUs).
+  How it spreads over node counts is measured (section "{throughput_report.TITLE}"): at node links of
+  1/{model.MEASURED_LINK_RATIO} of the in-node bandwidth, exposed communication on 1, 2, 3 and 4 nodes was
+  ({profile}) times the two-node one, so comm(1) = {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f},
+  comm(3) = {cost.comm(3):.3f}, comm(4 or more) = {cost.comm(4):.3f} (a ring crosses each node's link once
+  per direction however many nodes it spans). A job on k nodes whose size needs k0 on an empty cluster runs
+  (1 + comm(k)) / (1 + comm(k0)) times as long. Per extra node: {_steps(cost)}; a 64-GPU job spread over 16
+  nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. Before the measurement the model took
+  in-node communication from A100 bus bandwidths (~230 GB/s in a node, 57-91 GB/s across two:
+  {old.comm_in:.3f}) and a hierarchical all-reduce's growth 2(k-1)/k: {_steps(old)}. The issue's rough model
   (a flat 30% per extra node) is run as a sensitivity check.
 - **Ideal bound**: the same trace with all GPUs pooled and no cost for spanning. Under strict FCFS it starts
   and finishes every job no later than any policy (checked job by job in tests/unit/test_bench_sim.py).

@@ -148,7 +148,7 @@ def run_all(quick: bool, *, workers: int | None = None,
         for out_fill in _map(pool, run_fill, fills):
             fill_records.extend(out_fill)
     return {"records": records, "series": series, "fill": fill_records, "traces": len(chosen.cases),
-            "jobs_simulated": jobs}
+            "jobs_simulated": jobs, "span_cost": model.SPAN_COST.summary()}
 
 
 def _pool(workers: int) -> Any:

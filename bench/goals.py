@@ -16,7 +16,7 @@ from bench.report import table
 
 Row = Mapping[str, Any]
 Check = dict[str, Any]  # {"what", "value", "goal", "met": bool | None}
-SPANS = (("derived", "derived span cost (5 seeds, all loads and mixes)"),
+SPANS = (("derived", "the simulator's span cost (5 seeds, all loads and mixes)"),
          ("rough", "the issue's rough 30% per extra node (3 seeds, load 0.9)"))
 #: speed goals: scale.py's and apiserver.py's docstrings, docs/planner.md
 MANAGER_SECONDS, MANAGER_MIB = 5.0, 1024.0

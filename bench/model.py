@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 # ---- job sizes ---------------------------------------------------------------------------------------------
 
@@ -66,11 +67,12 @@ LOADS = (0.7, 0.9, 1.1)
 # ---- the cost of spanning nodes ----------------------------------------------------------------------------
 
 #: A100 all-reduce bus bandwidth inside one node, and across two nodes (ANCHORS: ~230 GB/s vs 57-91 GB/s).
+#: The 2017-derived model below rests on their ratio; the calibrated one replaces it by the measured runs.
 BUS_BW_IN_NODE_GBPS = 230.0
 BUS_BW_CROSS_NODE_GBPS = (57.0 + 91.0) / 2
 #: Horovod's published scaling efficiency on 512 GPUs (necessarily across nodes): 90% for Inception V3 and
 #: ResNet-101, 68% for VGG-16. Exposed communication at cross-node bandwidth, as a share of compute, is
-#: 1/E - 1: 0.11 and 0.47; we take their mean.
+#: 1/E - 1: 0.11 and 0.47; we take their mean. Both models keep it as the cost of communication across nodes.
 HOROVOD_EFFICIENCIES = (0.90, 0.68)
 
 
@@ -78,25 +80,33 @@ HOROVOD_EFFICIENCIES = (0.90, 0.68)
 class SpanCost:
     """How much longer a job runs on `nodes` nodes than on the fewest its size needs on an empty cluster.
 
-    Derived (the default): a data-parallel step is compute plus exposed all-reduce. Inside one node the
-    all-reduce runs at in-node bus bandwidth (`comm_in`, as a share of compute). Across k nodes it is
-    hierarchical - reduce inside each node, then all-reduce between nodes, whose traffic per node grows as
-    2(k-1)/k - calibrated so that two nodes cost `comm_cross`, the cross-node figure:
-        comm(1) = comm_in,  comm(k) = comm_in + (comm_cross - comm_in) * 2(k-1)/k.
-    The slowdown is (1 + comm(nodes)) / (1 + comm(fewest)): +18% for the first extra node of a job that
-    fits one node, then less for each further node (+24%, +27%, ... in all); a 64-GPU job on 16 nodes
-    instead of 8 pays about 2%. `linear_per_node` replaces this with a flat charge per extra node (the
-    issue's rough 30%), for the sensitivity run.
+    A data-parallel step is compute plus exposed all-reduce, `comm(k)` as a share of compute on k nodes:
+    `comm_in` inside one node, `comm_cross` on two, and beyond two
+        comm(k) = comm_in + (comm_cross - comm_in) * shape(k),
+    where shape(k) is `beyond_two[k - 3]` (measured; held at its last value past the nodes measured), or, with
+    no `beyond_two`, 2(k-1)/k: the traffic per node of an all-reduce between k nodes after reducing inside
+    each (a hierarchical all-reduce; Horovod's default ring is not one). The slowdown is
+    (1 + comm(nodes)) / (1 + comm(fewest)). `linear_per_node` replaces all this with a flat charge per extra
+    node (the issue's rough 30%), for the sensitivity run.
     """
 
     comm_cross: float
     comm_in: float
     linear_per_node: float | None = None
+    beyond_two: tuple[float, ...] = ()
+
+    def shape(self, nodes: int) -> float:
+        """The cross-node part of comm(nodes) relative to two nodes' (0 on one node)."""
+        if nodes <= 1:
+            return 0.0
+        if nodes == 2:
+            return 1.0
+        if self.beyond_two:
+            return self.beyond_two[min(nodes - 3, len(self.beyond_two) - 1)]
+        return 2 * (nodes - 1) / nodes
 
     def comm(self, nodes: int) -> float:
-        if nodes <= 1:
-            return self.comm_in
-        return self.comm_in + (self.comm_cross - self.comm_in) * 2 * (nodes - 1) / nodes
+        return self.comm_in + (self.comm_cross - self.comm_in) * self.shape(nodes)
 
     def slowdown(self, nodes: int, fewest: int) -> float:
         if nodes <= fewest:
@@ -110,14 +120,68 @@ class SpanCost:
         """The extra run time of a one-node job split over two nodes."""
         return self.slowdown(2, 1) - 1
 
+    def summary(self) -> dict[str, Any]:
+        """What a placement run was simulated under (placement_meta.json): the slowdown of a one-node job on
+        1..8 nodes, rounded."""
+        return {"one_node_job_on": {str(k): round(self.slowdown(k, 1), 4) for k in range(1, 9)}}
+
+
+def horovod_comm_cross() -> float:
+    return sum(1 / e - 1 for e in HOROVOD_EFFICIENCIES) / len(HOROVOD_EFFICIENCIES)
+
 
 def derived_span_cost() -> SpanCost:
-    comm_cross = sum(1 / e - 1 for e in HOROVOD_EFFICIENCIES) / len(HOROVOD_EFFICIENCIES)
+    """The model before it was measured (2017 Horovod efficiencies, A100 bus bandwidths, a hierarchical
+    shape): +18% for the first extra node of a one-node job, then +24%, +27%, ... in all."""
+    comm_cross = horovod_comm_cross()
     ratio = BUS_BW_IN_NODE_GBPS / BUS_BW_CROSS_NODE_GBPS
     return SpanCost(comm_cross=comm_cross, comm_in=comm_cross / ratio)
 
 
-SPAN_COST = derived_span_cost()  # +18% for the first extra node of a one-node job
+def span_cost_from_profile(profile: tuple[float, ...], *, comm_cross: float) -> SpanCost:
+    """The span cost whose exposed communication on 1, 2, 3, ... nodes is `profile` times the two-node one,
+    with `comm_cross` (a share of compute) on two nodes."""
+    inside = profile[0]
+    if not inside < 1:
+        raise ValueError(f"exposure profile {profile}: one node communicates no less than two; nothing to "
+                         "calibrate a cost of spanning nodes from")
+    return SpanCost(comm_cross=comm_cross, comm_in=comm_cross * inside,
+                    beyond_two=tuple((p - inside) / (1 - inside) for p in profile[2:]))
+
+
+#: Measured by bench/throughput.py on 2026-11-24 13:05-13:31 UTC (2 cores, 1-minute load average 1.5-7.2
+#: at the runs' starts, the best of two passes; the run is in bench/results/speed.json, section
+#: `throughput`, runs.json says how it was run; docs/benchmarks.md, "Training throughput per placement"):
+#: exposed communication per step (median step minus median compute, rank 0) of a 4-GPU Horovod job (Gloo's
+#: ring, hvd.allreduce of 25 and 100 MB gradients) placed on 1, 2, 3 and 4 nodes, relative to 2 nodes, with
+#: node links carrying 1/20 of the TCP bandwidth between two pods of one node (1220mbit against 2.9 GB/s) -
+#: the issue's 10-20x between NVLink (~230-476 GB/s) and one NIC (12-50 GB/s; NVIDIA/nccl-tests #29, #175,
+#: #290). In seconds: 0.226 on one node, 0.794 on two, 0.748 on three, 0.798 on four. An earlier pass with a
+#: slower link (555mbit against a noisier 1.3 GB/s) gave (0.152, 1, 0.983, 1.054): the same flat shape.
+#: bench/span_calibration.exposure_profile computes it from that file; tests/unit/test_bench_throughput.py
+#: checks these numbers still match it.
+MEASURED_LINK_RATIO = 20
+MEASURED_PROFILE = (0.2848, 1.0, 0.9412, 1.0047)
+
+
+def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:
+    """Each value at least the one before: a job on more nodes never communicates less (the ring's traffic
+    per node does not shrink), so a measured dip is noise between runs, not a saving."""
+    out: list[float] = []
+    for value in profile:
+        out.append(max(value, out[-1]) if out else value)
+    return tuple(out)
+
+
+def calibrated_span_cost() -> SpanCost:
+    """Horovod's published cross-node exposure on two nodes (HOROVOD_EFFICIENCIES), distributed over 1, 2, 3
+    and 4 nodes as measured here (MEASURED_PROFILE, made monotone); past 4 nodes held at the 4-node value (a
+    ring crosses each node's link once per direction however many nodes it spans)."""
+    return span_cost_from_profile(monotone(MEASURED_PROFILE), comm_cross=horovod_comm_cross())
+
+
+DERIVED_2017_SPAN_COST = derived_span_cost()  # before the measurement: +18% for the first extra node
+SPAN_COST = calibrated_span_cost()            # what the simulator charges ("derived" in its records)
 ROUGH_SPAN_COST = SpanCost(comm_cross=0.0, comm_in=0.0, linear_per_node=0.30)
 
 

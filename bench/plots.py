@@ -195,3 +195,42 @@ def wait_by_bucket(rows: Sequence[Mapping[str, Any]], cluster: str, out: Path) -
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def throughput(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
+    """bench/throughput.py's slowdowns: one panel per gradient size, a group of bars per split (one bar per
+    link setting), the span cost's values before and after the calibration as markers."""
+    from bench.model import DERIVED_2017_SPAN_COST, SPAN_COST
+
+    sizes = list(dict.fromkeys(r["gradient_mb"] for r in rows))
+    links = list(dict.fromkeys(r["link"] for r in rows))
+    splits = list(dict.fromkeys(tuple(r["split"]) for r in rows))
+    shades = ["#9ecae1", "#4292c6", "#08306b", "#6baed6", "#2171b5"]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6.5 * len(sizes), 4.4), squeeze=False, sharey=True)
+    width = 0.8 / max(1, len(links))
+    for ax, size in zip(axes[0], sizes, strict=True):
+        for i, link in enumerate(links):
+            values = []
+            for split in splits:
+                found = [r["slowdown"] for r in rows if r["gradient_mb"] == size and r["link"] == link
+                         and tuple(r["split"]) == split and r["slowdown"] is not None]
+                values.append(found[0] if found else float("nan"))
+            xs = [c + (i - (len(links) - 1) / 2) * width for c in range(len(splits))]
+            ax.bar(xs, values, width=width, color=shades[i % len(shades)], label=f"measured, {link}")
+        for cost, marker, color, name in ((DERIVED_2017_SPAN_COST, "x", "#000000", "model before"),
+                                          (SPAN_COST, "o", "#d62728", "model now (calibrated)")):
+            ax.plot(range(len(splits)), [cost.slowdown(len(s), 1) for s in splits], linestyle="none",
+                    marker=marker, markersize=9, color=color, label=name)
+        ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+        ax.set_xticks(range(len(splits)))
+        ax.set_xticklabels(["[" + ",".join(map(str, s)) + "]" for s in splits])
+        ax.set_xlabel("GPUs per node of a 4-GPU job")
+        ax.set_ylabel("step time / one node's")
+        ax.set_title(f"{size} MB gradient: slowdown against one node")
+        ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

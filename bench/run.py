@@ -1,18 +1,21 @@
 """`python -m bench.run [--quick] [--only SECTIONS] [--render-only]`: the benchmarks, their JSON under
 bench/results/, and docs/benchmarks.md.
 
-Sections: `placement` (the trace simulation) and six speed benches (bench/planner_speed.py,
-bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py; each
-exposes
-`main(quick: bool) -> dict`). A run measures the sections asked for, merges their results into the results
-directory section by section (the others stay as earlier runs left them; runs.json says when each was
-measured), then renders the whole report from every section there. bench/speed_report.py renders a speed
-bench's result; a bench without a renderer is shown by the "markdown" string it returns, else as a table.
+Sections: `placement` (the trace simulation), six speed benches (bench/planner_speed.py,
+bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py)
+and `throughput` (bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it
+calibrates the simulator's span cost, bench/model.py); each of these exposes `main(quick: bool) -> dict`.
+A run measures the sections asked for, merges their results into the results directory section by section
+(the others stay as earlier runs left them; runs.json says when each was measured), then renders the whole
+report from every section there. bench/speed_report.py renders a speed bench's result (and
+bench/throughput_report.py the throughput section); a bench without a renderer is shown by the "markdown"
+string it returns, else as a table.
 
 Examples:
   python -m bench.run                               # everything
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
   python -m bench.run --only speed                  # the six speed benches, keep placement
+  python -m bench.run --only throughput             # Horovod over node links (quiet machine, root)
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
 
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+THROUGHPUT_PLOT = "throughput_slowdown.png"
 
 
 def machine() -> dict[str, Any]:
@@ -106,7 +110,7 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
     """docs/benchmarks.md (or `doc`) from every section's results in `out`, whichever runs wrote them; with
     `docs_root`, also the measured blocks of docs/planner.md and docs/manager.md. Plots are redrawn only with
     `redraw` or when one is missing. Returns the goals' verdicts (also written to summary.json)."""
-    from bench import docblocks, document, metrics, report, store
+    from bench import docblocks, document, metrics, plots, report, store, throughput_report
 
     results = store.load(out)
     rows = metrics.aggregate(results.placement["records"]) if results.placement is not None else []
@@ -116,6 +120,10 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
         images = [img / name for name in report.PLOTS if (img / name).exists()]
         if redraw or not all((img / name).exists() for name in report.ALWAYS_DRAWN):
             images = report.write_plots(results.placement, rows, clusters, img)
+    throughput_rows = throughput_report.plot_rows(results.speed.get(store.THROUGHPUT) or {})
+    if throughput_rows:
+        img.mkdir(parents=True, exist_ok=True)
+        images.append(plots.throughput(throughput_rows, img / THROUGHPUT_PLOT))
     rendered = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     text, verdicts = document.render(doc=doc, rendered=rendered, placement=results.placement, rows=rows,
                                      images=images, speed=results.speed, runs=results.runs, quick=quick)
@@ -130,10 +138,9 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
-             "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight; `speed` stands for "
-             "the six "
-             "speed benches. The other sections' results already in OUT are kept, and the report is rendered "
-             "from all of them. Default: every section")
+             "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput (Horovod "
+             "jobs over node links); `speed` stands for the six speed benches. The other sections' results "
+             "already in OUT are kept, and the report is rendered from all of them. Default: every section")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             store.save_placement(out, placement, metrics.aggregate(placement["records"]))
             metas[store.PLACEMENT] = _run_meta(command, time.monotonic() - started)
             print(f"placement: done in {time.monotonic() - started:.0f} s", flush=True)
-        names = [s for s in sections if s in store.SPEED_BENCHES]
+        names = [s for s in sections if s in store.MEASURED]
         if names:
             speed, took, failures = run_speed(args.quick, names)
             store.save_speed(out, speed)

@@ -1,6 +1,7 @@
 """The results directory, one section at a time: a run writes only the sections it ran and keeps the others.
 
-Sections: `placement` (the trace simulation: placement_*.json) and each speed bench (one key of speed.json).
+Sections: `placement` (the trace simulation: placement_*.json), each speed bench and `throughput` (training
+throughput per placement over node links; one key of speed.json each).
 runs.json says, per section, when, on which commit and by which command its numbers were measured, so a
 report that merges sections from different runs can say where each came from.
 """
@@ -15,7 +16,10 @@ from typing import Any
 
 PLACEMENT = "placement"
 SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
-SECTIONS = (PLACEMENT, *SPEED_BENCHES)
+THROUGHPUT = "throughput"
+#: every section measured by a module bench/<name>.py whose main(quick) returns its result (speed.json)
+MEASURED = (*SPEED_BENCHES, THROUGHPUT)
+SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}
 
@@ -55,7 +59,8 @@ def save_placement(out: Path, placement: Mapping[str, Any], rows: list[dict[str,
     (out / "placement_fill.json").write_text(json.dumps(placement["fill"], indent=1))
     (out / "placement_series.json").write_text(json.dumps(placement["series"]))
     (out / "placement_meta.json").write_text(json.dumps(
-        {"traces": placement["traces"], "jobs_simulated": placement["jobs_simulated"]}))
+        {"traces": placement["traces"], "jobs_simulated": placement["jobs_simulated"],
+         "span_cost": placement.get("span_cost")}))
 
 
 def save_speed(out: Path, results: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +68,7 @@ def save_speed(out: Path, results: Mapping[str, Any]) -> dict[str, Any]:
     path = out / "speed.json"
     merged: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     merged.update(results)
-    ordered = {name: merged[name] for name in SPEED_BENCHES if name in merged}
+    ordered = {name: merged[name] for name in MEASURED if name in merged}
     ordered.update({k: v for k, v in merged.items() if k not in ordered})
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(ordered, indent=1, default=str))
@@ -95,7 +100,8 @@ def load(out: Path) -> Results:
         placement = {"records": records, "fill": json.loads((out / "placement_fill.json").read_text()),
                      "series": json.loads((out / "placement_series.json").read_text()),
                      "traces": counts.get("traces", len(traces)),
-                     "jobs_simulated": counts.get("jobs_simulated") or _count_jobs(records)}
+                     "jobs_simulated": counts.get("jobs_simulated") or _count_jobs(records),
+                     "span_cost": counts.get("span_cost")}
     speed = json.loads((out / "speed.json").read_text()) if (out / "speed.json").exists() else {}
     runs = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else {}
     return Results(placement=placement, speed=speed, runs=runs)

@@ -15,7 +15,8 @@ import signal
 from pathlib import Path
 
 from localcluster.certs import DEFAULT_SANS
-from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.cluster import LocalCluster
+from localcluster.clusterspec import ClusterSpec
 from localcluster.podsecurity import parse_defaults
 
 
@@ -51,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Pod Security for unlabelled namespaces, e.g. enforce=baseline,warn=restricted")
     serve.add_argument("--hostname-label-suffix", default="",
                        help="appended to each node's kubernetes.io/hostname label, e.g. .ec2.internal")
+    serve.add_argument("--node-link", default="", metavar="RATE[,DELAY]",
+                       help="each node's link to the others, e.g. 1gbit (process runtime, root)")
     return parser
 
 
@@ -78,7 +81,7 @@ async def serve(args: argparse.Namespace) -> None:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
-                       hostname_label_suffix=args.hostname_label_suffix,
+                       hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
                        runtime_options=_runtime_options(args),
                        bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))

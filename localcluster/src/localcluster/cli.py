@@ -21,6 +21,7 @@ import click
 from localcluster import daemon
 from localcluster.errors import InvalidInput, LocalClusterError
 from localcluster.podsecurity import parse_defaults
+from localcluster.runtime.nodelink import parse_node_link
 
 DEFAULT_DIR = Path(".local-cluster")
 START_TIMEOUT = 60.0
@@ -96,13 +97,23 @@ def main() -> None:
               metavar="SECONDS",
               help="How often a running pod's Secret/ConfigMap volumes take updates (process runtime), as "
                    "the kubelet's sync period; 0: never.")
+@click.option("--node-link", default="", metavar="RATE[,DELAY]",
+              help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
+                   "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
+                   "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
-       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float) -> None:
+       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
+       node_link: str) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
     unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
     counts = _parse_nodes(nodes)
+    if node_link:
+        parse_node_link(node_link)
+        if runtime != "process":
+            raise InvalidInput(f"--node-link {node_link}: node links need --runtime process (simulated pods "
+                               "send no traffic)")
     try:
         parse_defaults(pod_security)
     except ValueError as error:
@@ -116,12 +127,14 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
-                                   network_policy=not no_network_policy, volume_refresh=volume_refresh)
+                                   network_policy=not no_network_policy, volume_refresh=volume_refresh,
+                                   node_link=node_link)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
+    link = f", node links {parse_node_link(node_link)} each way" if node_link else ""
     click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
-               f"API {url}, runtime {runtime} (pid {process.pid})")
+               f"API {url}, runtime {runtime}{link} (pid {process.pid})")
     with contextlib.suppress(FileNotFoundError):
         for line in (directory / "notices").read_text().splitlines():
             click.echo(f"note: {line}")

@@ -44,7 +44,7 @@ def tail(path: Path, lines: int = 20) -> str:
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
                   hostname_label_suffix: str = "", network_policy: bool = True,
-                  volume_refresh: float | None = None) -> list[str]:
+                  volume_refresh: float | None = None, node_link: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -52,6 +52,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--pod-security", pod_security]
     if hostname_label_suffix:
         command += ["--hostname-label-suffix", hostname_label_suffix]
+    if node_link:
+        command += ["--node-link", node_link]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]

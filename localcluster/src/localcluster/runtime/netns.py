@@ -2,10 +2,14 @@
 
 Two address modes (docs/local-cluster-processes.md):
 - `netns` (root): a bridge `dtb<cluster id>` in the root namespace carrying 10.<b>.0.1/16 (the address pods
-  reach the API server on) and 10.<b>.<node>.1 (each node's hostIP); every pod gets a network namespace held
-  by its pause process, a veth whose pod end is renamed `eth0` with 10.<b>.<node index>.<x>/16, and `lo` up.
-  There is no default route in pods, no NAT and no forwarding: pods reach each other, the API server and the
-  node addresses, nothing else. <b> is the first of 244..254 no interface or route of the machine overlaps.
+  reach the API server on) and 10.<b>.<node>.1 (each node's hostIP); a node with pods has a bridge of its
+  own, `dtb<id>n<node>`, joined to the cluster's by a veth pair, its uplink (`dtv<id>u<node>` on the node's
+  side, `dtv<id>s<node>` on the cluster's): traffic between pods of one node stays on the node's bridge, all
+  other traffic of the node crosses its uplink, which a node link shapes (runtime/nodelink.py). Every pod
+  gets a network namespace held by its pause process, a veth on its node's bridge whose pod end is renamed
+  `eth0` with 10.<b>.<node index>.<x>/16, and `lo` up. One L2 segment: there is no default route in pods,
+  no NAT and no forwarding: pods reach each other, the API server and the node addresses, nothing else.
+  <b> is the first of 244..254 no interface or route of the machine overlaps.
 - `loopback` (no root, or asked for): pods share the host's network; each gets a distinct 127.<c>.<node>.<x>.
 
 The pause process (`unshare ... sleep infinity`, like the kubelet's pause container) holds the pod's network,
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localcluster.errors import InvalidInput
+from localcluster.runtime.nodelink import NodeLink, probe_delay_batch, shaping_batch
 
 BRIDGE_PREFIX = "dtb"
 VETH_PREFIX = "dtv"
@@ -41,6 +46,23 @@ POD_HOSTS = range(2, 255)  # .1 is the node's own address
 
 class NetworkError(RuntimeError):
     pass
+
+
+def node_bridge_name(cluster_id: str, index: int) -> str:
+    """The bridge of node `index` (1..254): `dtb<cluster id>n<index in hex>`, 14 characters at most."""
+    return f"{BRIDGE_PREFIX}{cluster_id}n{index:02x}"
+
+
+def uplink_names(cluster_id: str, index: int) -> tuple[str, str]:
+    """The two ends of node `index`'s uplink: on the node's bridge, and on the cluster's (pods' veths end in
+    four hex digits, so these never collide with them)."""
+    return f"{VETH_PREFIX}{cluster_id}u{index:02x}", f"{VETH_PREFIX}{cluster_id}s{index:02x}"
+
+
+def random_mac() -> str:
+    """A fixed, locally administered MAC: a bridge without one takes the lowest MAC of its ports, so deleting
+    a pod's veth could change it under the other pods' ARP caches and stall their traffic for a minute."""
+    return "02:" + ":".join(f"{byte:02x}" for byte in secrets.token_bytes(5))
 
 
 async def run(*argv: str, stdin: bytes | None = None, check: bool = True) -> str:
@@ -163,13 +185,19 @@ class PodNetwork:
     ip: str
     pause: asyncio.subprocess.Process
     veth: str | None = None
+    node: int = 0  # the index of the node whose bridge the pod's veth is on (0: none yet)
 
 
 class ClusterNetwork:
-    def __init__(self, *, mode: str, user_namespace: bool = False) -> None:
+    def __init__(self, *, mode: str, user_namespace: bool = False, node_link: NodeLink | None = None) -> None:
         if mode not in ("netns", "loopback"):
             raise InvalidInput(f"network mode {mode!r}: use netns (root) or loopback")
+        if node_link is not None and mode != "netns":
+            raise InvalidInput(f"--node-link {node_link}: node links need the netns network mode (root): in "
+                               "loopback mode every pod shares the host's network and there is no link to "
+                               "shape; run as root, or leave --node-link out")
         self.mode = mode
+        self.node_link = node_link
         # without root, the pod's namespaces belong to a user namespace of its own, where we are "root"
         self.user_namespace = user_namespace
         self.cluster_id = secrets.token_hex(4)
@@ -180,6 +208,11 @@ class ClusterNetwork:
         self._node_ips: set[str] = set()
         self._veths = 0
         self._bridge_up = False
+        # node index -> its bridge and how many pods are on it: made with the node's first pod, removed (with
+        # its uplink) with its last, so a node without pods leaves nothing on the host
+        self._node_bridges: dict[int, str] = {}
+        self._node_pods: dict[int, int] = {}
+        self._node_lock = asyncio.Lock()
 
     # ---- the cluster's bridge -----------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -192,11 +225,7 @@ class ClusterNetwork:
             second = choose_second_octet(addresses, routes)
             self.pool = AddressPool(10, second)
             self.api_host = f"10.{second}.0.1"
-            # A fixed, locally administered MAC: a bridge without one takes the lowest MAC of its ports, so
-            # deleting a pod's veth could change it under the other pods' ARP caches and stall their traffic
-            # to the API server for a minute.
-            mac = "02:" + ":".join(f"{byte:02x}" for byte in secrets.token_bytes(5))
-            await run("ip", "link", "add", self.bridge, "address", mac, "type", "bridge")
+            await run("ip", "link", "add", self.bridge, "address", random_mac(), "type", "bridge")
             self._bridge_up = True
             alias = f"{ALIAS_PREFIX} pid={os.getpid()} start={process_start_time(os.getpid())}"
             # the host-side address goes on before any pod exists, so 10.x never routes to the default gateway
@@ -204,6 +233,20 @@ class ClusterNetwork:
                 f"link set dev {self.bridge} alias \"{alias}\"\n"
                 f"addr add {self.api_host}/16 dev {self.bridge}\n"
                 f"link set dev {self.bridge} up\n").encode())
+        if self.node_link is not None and self.node_link.delay_s:
+            await self._check_delay()
+
+    async def _check_delay(self) -> None:
+        try:
+            await run("tc", "-batch", "-", stdin=probe_delay_batch(self.bridge).encode())
+        except NetworkError as error:
+            await self.teardown()
+            said = next((line.partition("Error:")[2].strip() for line in str(error).splitlines()
+                         if "Error:" in line), "it could not add one")
+            raise InvalidInput(
+                f"--node-link {self.node_link}: a delay needs the netem qdisc, which this kernel does not "
+                f"have (tc: {said}); give the rate alone, e.g. --node-link "
+                f"{str(self.node_link).partition(',')[0]} (see docs/local-cluster-processes.md)") from None
 
     def host_ip(self, node: str, *, pod_cidr: str = "") -> str:
         """The node's address; the first call for a node numbers it (after its podCIDR when given)."""
@@ -211,9 +254,48 @@ class ClusterNetwork:
         return self.pool.node_ip(index) if self.mode == "netns" else "127.0.0.1"
 
     async def teardown(self) -> None:
+        """The cluster's bridge, the nodes' bridges and their uplinks (and with them any shaping)."""
         if self._bridge_up:
-            await run("ip", "link", "del", self.bridge, check=False)
+            lines = [f"link del {uplink_names(self.cluster_id, index)[0]}\nlink del {bridge}\n"
+                     for index, bridge in sorted(self._node_bridges.items())]
+            await run("ip", "-force", "-batch", "-", stdin=("".join(lines) + f"link del {self.bridge}\n")
+                      .encode(), check=False)
+            self._node_bridges.clear()
+            self._node_pods.clear()
             self._bridge_up = False
+
+    async def _join_node(self, pod: PodNetwork, index: int) -> str:
+        """Node `index`'s bridge for the pod, made with its uplink (shaped when there is a node link) for the
+        node's first pod."""
+        async with self._node_lock:
+            if index not in self._node_bridges:
+                bridge = node_bridge_name(self.cluster_id, index)
+                near, far = uplink_names(self.cluster_id, index)
+                self._node_bridges[index] = bridge  # before it exists: teardown removes a half-made node too
+                self._node_pods[index] = 0
+                await run("ip", "-batch", "-", stdin=(
+                    f"link add {bridge} address {random_mac()} type bridge\n"
+                    f"link add {near} type veth peer name {far}\n"
+                    f"link set dev {near} master {bridge}\nlink set dev {far} master {self.bridge}\n"
+                    f"link set dev {near} up\nlink set dev {far} up\nlink set dev {bridge} up\n").encode())
+                if self.node_link is not None:
+                    await run("tc", "-batch", "-", stdin=(shaping_batch(near, self.node_link)
+                                                         + shaping_batch(far, self.node_link)).encode())
+            self._node_pods[index] += 1
+            pod.node = index
+            return self._node_bridges[index]
+
+    async def _leave_node(self, pod: PodNetwork) -> None:
+        async with self._node_lock:
+            index, pod.node = pod.node, 0
+            self._node_pods[index] -= 1
+            if self._node_pods[index] > 0:
+                return
+            del self._node_pods[index]
+            bridge = self._node_bridges.pop(index)
+            await run("ip", "-force", "-batch", "-", stdin=(
+                f"link del {uplink_names(self.cluster_id, index)[0]}\nlink del {bridge}\n").encode(),
+                check=False)
 
     # ---- one pod ------------------------------------------------------------------------------------------
     async def create_pod(self, *, node: str, hostname: str) -> PodNetwork:
@@ -249,10 +331,11 @@ class ClusterNetwork:
             await run("ip", "addr", "add", f"{node_ip}/16", "dev", self.bridge)
         self._veths += 1
         pod.veth = f"{VETH_PREFIX}{self.cluster_id}{self._veths % 0x10000:04x}"
+        bridge = await self._join_node(pod, index)
         await run("ip", "link", "add", pod.veth, "type", "veth", "peer", "name", "eth0",
                   "netns", str(pod.pause.pid))
         await run("ip", "-batch", "-", stdin=(
-            f"link set dev {pod.veth} master {self.bridge}\nlink set dev {pod.veth} up\n").encode())
+            f"link set dev {pod.veth} master {bridge}\nlink set dev {pod.veth} up\n").encode())
         await run("nsenter", f"--net=/proc/{pod.pause.pid}/ns/net", "ip", "-batch", "-", stdin=(
             f"addr add {pod.ip}/16 dev eth0\nlink set dev eth0 up\nlink set dev lo up\n").encode())
 
@@ -261,6 +344,8 @@ class ClusterNetwork:
             # deleting our end removes both at once; left to the namespace's death it lingers a second or two
             await run("ip", "link", "del", pod.veth, check=False)
             pod.veth = None
+        if pod.node:
+            await self._leave_node(pod)
         if pod.pause.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 pod.pause.send_signal(signal.SIGKILL)
@@ -289,7 +374,7 @@ def choose_second_octet(addresses: list[dict[str, Any]], routes: list[dict[str, 
 
 
 async def remove_stale_bridges() -> list[str]:
-    """Bridges (and their veths) a local cluster made and whose process is gone."""
+    """Bridges (with their veths, nodes' bridges and uplinks) of local clusters whose process is gone."""
     removed: list[str] = []
     links = json.loads(await run("ip", "-j", "link", "show"))
     for link in links:
@@ -302,8 +387,10 @@ async def remove_stale_bridges() -> list[str]:
             continue
         cluster = name[len(BRIDGE_PREFIX):]
         for other in links:
-            if other.get("ifname", "").startswith(VETH_PREFIX + cluster):
-                await run("ip", "link", "del", other["ifname"], check=False)
+            other_name = other.get("ifname", "")
+            if other_name.startswith(VETH_PREFIX + cluster) or (
+                    other_name.startswith(BRIDGE_PREFIX + cluster) and other_name != name):
+                await run("ip", "link", "del", other_name, check=False)
         await run("ip", "link", "del", name, check=False)
         removed.append(name)
     return removed

@@ -33,6 +33,7 @@ from localcluster.runtime.forward import TcpForwarder
 from localcluster.runtime.launch import Launcher
 from localcluster.runtime.logs import container_log
 from localcluster.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
+from localcluster.runtime.nodelink import parse_node_link
 from localcluster.runtime.podenv import NotReadyYet
 from localcluster.runtime.pods import ContainerRun, PodRun
 from localcluster.runtime.probes import start_probes
@@ -57,16 +58,19 @@ class ProcessRuntime:
     """Pods as processes. `network`: "netns" (root: a namespace and an IP per pod on a bridge), "loopback"
     (a 127.x address per pod, shared network), or "auto" (netns when root). Containers get mount and PID
     namespaces (volumes at their mountPath, a private root) as root, or inside a user namespace without root
-    where the kernel allows it; otherwise they are plain host processes."""
+    where the kernel allows it; otherwise they are plain host processes. `node_link` ("1gbit", "1gbit,0.2ms";
+    netns only): the rate (and delay) of each node's link to the others (runtime/nodelink.py)."""
 
     def __init__(self, *, network: str = "auto", images: ImageRegistry | None = None,
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
                  shutdown_grace: float = 2.0, network_policy: bool = True,
-                 memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH) -> None:
+                 memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH,
+                 node_link: str = "") -> None:
         root = os.geteuid() == 0
         self.user_namespace = not root and can_use_userns()
         self.network = ClusterNetwork(mode=network if network != "auto" else (
-            "netns" if can_use_netns() else "loopback"), user_namespace=self.user_namespace)
+            "netns" if can_use_netns() else "loopback"), user_namespace=self.user_namespace,
+            node_link=parse_node_link(node_link) if node_link else None)
         self.isolate = root or self.user_namespace
         self.enforcement = Enforcement(network=self.network, pods=lambda: self.pods.values(),
                                        network_policy=network_policy, memory_limits=memory_limits,
