@@ -222,7 +222,7 @@ class ProcessRuntime:
             await self._report(run)
             await self._ensure_forwarder()
             run.volumes = await self._retry(run, lambda: self.launcher.volumes(run))
-            self.launcher.assign_gpus(run)
+            await self._assign_gpus(run)
             for ctr in run.init:
                 if not await self._run_init(run, ctr):
                     return
@@ -266,6 +266,19 @@ class ProcessRuntime:
                     ctr.view.state = ps.waiting("ContainerCreating", f"MountVolume.SetUp failed: {e}")
                 await self._report(run)
                 await asyncio.sleep(RETRY_SECONDS)
+
+    async def _assign_gpus(self, run: PodRun) -> None:
+        """The node's devices for the pod. A real kubelet counts only active pods' devices as taken, so a pod
+        being deleted (even without grace) does not keep a newcomer out: wait here until its processes end
+        and release theirs, rather than refuse the newcomer."""
+        while True:
+            try:
+                self.launcher.assign_gpus(run)
+                return
+            except RuntimeError:
+                if not any(r.deleting and r.node == run.node for r in self.pods.values() if r is not run):
+                    raise
+            await asyncio.sleep(RETRY_SECONDS / 10)
 
     async def _run_init(self, run: PodRun, ctr: ContainerRun) -> bool:
         """Run an init container to success (restarting it unless restartPolicy is Never)."""
