@@ -28,7 +28,8 @@ def _pod(name: str, script: str) -> dict[str, Any]:
     gpus = {"nvidia.com/gpu": "2"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
         "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
-        "containers": [{"name": "main", "image": "python:3.11-slim", "command": [sys.executable, "-c", script],
+        "containers": [{"name": "main", "image": "python:3.11-slim",
+                        "command": [sys.executable, "-c", script],
                         "resources": {"limits": gpus, "requests": gpus}}]}}
 
 
