@@ -212,8 +212,9 @@ class Keeper:
         """For the manager's last line: how many restarts, from which epochs; or how the size went."""
         with self._lock:
             if self.recovery.elastic:
-                sizes = [h for h in self.history if h.startswith("training runs")]
-                return f"{len(sizes)} elastic reset(s)" if sizes else ""
+                # Horovod's first formation is not a reset: each later one is a worker lost or joined
+                resets = len([h for h in self.history if h.startswith("training runs")]) - 1
+                return f"{resets} elastic reset(s)" if resets > 0 else "no elastic reset"
             resumed = [h.split(": ", 1)[1] for h in self.history if h.startswith("restart ")]
         if not self.restarts_used:
             return "no restart"
