@@ -10,9 +10,10 @@ and training again:
 - elastic (`--min-gpus 1`): from the loss to the manager noticing it (detect), to Horovod training again on
   the chief's rank (resumed), to the replacement worker Ready, and to Horovod back at 6 ranks (full size);
 - restart (`--restarts FAULTS`): the worker is deleted a quarter, a half, three quarters of the way through an
-  epoch; from the loss to detect, to the relaunch (every lost worker replaced), to the first training step of
-  the relaunched training, and the training work lost: the epochs done at the loss minus the epoch the
-  relaunch resumed from (0 when rank 0 checkpointed every epoch), plus the part of the epoch under way.
+  epoch (timed from the arrival of the previous epoch's line); from the loss to detect, to the relaunch
+  (every lost worker replaced), to the first training step of the relaunched training, and the training work
+  lost: the epochs the stopped training finished minus the epoch the relaunch resumed from (0 when rank 0
+  checkpointed every epoch), plus the part of the epoch under way, times the epoch's length.
 
 Times are read from the manager's output (its lines and the chief's, copied) as they arrive. `main(quick)` is
 what bench/run.py calls (section `recovery`); quick mode and non-root skip it; `section()` renders it.
@@ -219,24 +220,26 @@ def restart(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
             since, resumed_from = 0.0, 0
             for i in range(faults):
                 # two epochs into this launch, so the epoch's length is known; then part of the next one
-                done = out.wait_for(rf"(?:^|:)epoch={resumed_from + 2} ", since)[0]
-                stamps = [t for t, _ in out.epochs(done + 0.001)][-2:]
+                second = out.wait_for(rf"(?:^|:)epoch={resumed_from + 2} ", since)[0]
+                stamps = [t for t, _ in out.epochs(second + 0.001)][-2:]
                 epoch_s = stamps[-1] - stamps[0]
                 time.sleep(FRACTIONS[i % len(FRACTIONS)] * epoch_s)
                 lost = worker(local.kubeconfig)
                 at = lose(local.kubeconfig, lost)
-                last_t, last_epoch = out.epochs(at)[-1]
                 detect = out.wait_for(rf"worker {lost} on \S+ \(.*\) lost", at)[0]
                 relaunched = out.wait_for(r"every lost worker replaced", at)[0]
                 resumed_t, found = out.wait_for(r"resumed_from_epoch=(\d+)", at)
                 resumed_from = int(found[1])
                 stepped = out.wait_for(r"first_step_unix=", resumed_t)[0]
-                partial = at - last_t
+                # the last epoch the stopped training finished: its line may arrive after the loss (the log
+                # is copied with some delay), never after the relaunch
+                done = out.epochs(resumed_t)[-1][1]
+                fraction = FRACTIONS[i % len(FRACTIONS)]
                 runs.append({"detect_s": detect - at, "relaunched_s": relaunched - at,
                              "training_again_s": stepped - at, "epoch_s": epoch_s,
-                             "epochs_done": last_epoch, "resumed_from": resumed_from,
-                             "epochs_lost": last_epoch - resumed_from, "partial_epoch_s": partial,
-                             "work_lost_s": (last_epoch - resumed_from) * epoch_s + partial})
+                             "epochs_done": done, "resumed_from": resumed_from,
+                             "epochs_redone": done - resumed_from, "fraction": fraction,
+                             "work_lost_s": (done - resumed_from + fraction) * epoch_s})
                 progress("recovery: restart: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()))
                 since = resumed_t
         finally:
@@ -290,7 +293,8 @@ def section(result: Mapping[str, Any] | None, provenance: str) -> str:
         f"deleted without grace {result['faults']} times in one elastic job and {result['faults']} times in "
         "one restart job (bench/recovery.py). Seconds from the loss, median (each run). "
         f"ConfigMap volumes are refreshed every {refresh:g} s here; on a real cluster the kubelet takes up "
-        "to its sync period plus its cache TTL (about 1-2 minutes by default), which adds to the times "
+        "to its sync period plus its cache's propagation delay (up to about 1-2 minutes), which adds to the "
+        "times "
         "that wait for the hostfile (full size; a restart's relaunch), not to detection nor to an elastic "
         "job resuming. " + provenance, "",
         "Elastic (`--min-gpus 1`): Horovod goes on with the chief's rank, the manager replaces the worker, "
@@ -316,8 +320,12 @@ def section(result: Mapping[str, Any] | None, provenance: str) -> str:
             row("the relaunched training's first step", restart, "training_again_s"),
             ["epochs done at the loss / resumed from",
              ", ".join(f"{r['epochs_done']} / {r['resumed_from']}" for r in restart)],
-            row("training work lost (epochs redone x epoch + the epoch under way)", restart,
-                "work_lost_s")]),
+            row("training work lost: epochs redone and the part of the epoch under way, x the epoch's "
+                "length", restart, "work_lost_s")]),
+        "",
+        "The training work lost is small because rank 0 checkpoints every epoch; what a failure costs a "
+        "restart job is the relaunch: Horovod and TensorFlow start again on every rank (here 6 ranks on 2 "
+        "shared cores), where an elastic job's surviving ranks go on within a second.",
         "",
     ]
     return "\n".join(lines)
