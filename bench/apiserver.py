@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 from kubernetes import client, config, watch
 
-from bench.clienttypes import body, raw
+from bench.clienttypes import as_body, raw
 from distributetrain.k8s import Kube, list_nodes_and_pods
 from localcluster import daemon
 
@@ -153,7 +153,7 @@ def _listraw(
 
 def _watch_latency(api: client.ApiClient, samples: int) -> list[float]:
     v1 = client.CoreV1Api(api)
-    v1.create_namespaced_config_map("bench", body({"metadata": {"name": "tick"}, "data": {"n": "-1"}}))
+    v1.create_namespaced_config_map("bench", as_body({"metadata": {"name": "tick"}, "data": {"n": "-1"}}))
     meta = v1.read_namespaced_config_map("tick", "bench").metadata
     if meta is None or meta.resource_version is None:
         raise RuntimeError("the API server answered ConfigMap tick without metadata.resourceVersion")
@@ -194,14 +194,14 @@ def _watch_latency(api: client.ApiClient, samples: int) -> list[float]:
 def _schedule(api: client.ApiClient, count: int) -> float:
     """Seconds from the first create until `count` unbound 1-GPU pods are all bound by the scheduler."""
     v1 = client.CoreV1Api(api)
-    v1.create_namespace(body({"metadata": {"name": "sched"}}))
+    v1.create_namespace(as_body({"metadata": {"name": "sched"}}))
     time.sleep(0.2)
     started = time.perf_counter()
     for i in range(count):
         pod = {"metadata": {"name": f"s-{i:04d}"},
                "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-        raw(v1.create_namespaced_pod("sched", body(pod), _preload_content=False)).release_conn()
+        raw(v1.create_namespaced_pod("sched", as_body(pod), _preload_content=False)).release_conn()
     while True:
         items = orjson.loads(raw(v1.list_namespaced_pod("sched", _preload_content=False)).data)["items"]
         if sum(1 for p in items if p["spec"].get("nodeName")) == count:
@@ -224,7 +224,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             config_obj.connection_pool_maxsize = 16
             api = client.ApiClient(config_obj)
             v1 = client.CoreV1Api(api)
-            v1.create_namespace(body({"metadata": {"name": "bench"}}))
+            v1.create_namespace(as_body({"metadata": {"name": "bench"}}))
             time.sleep(0.2)  # the namespace's default ServiceAccount
             idle_rss, _ = _rss_mib(server.pid)
             create_seconds = _create_pods(api, pods, nodes)

@@ -17,6 +17,6 @@ def raw(answer: object) -> urllib3.BaseHTTPResponse:
     return cast(urllib3.BaseHTTPResponse, answer)
 
 
-def body(manifest: Mapping[str, Any]) -> Any:
+def as_body(manifest: Mapping[str, Any]) -> Any:
     """A manifest (a dict, as a user writes it) passed as the body of a client method."""
     return manifest

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.clienttypes import body, raw
+from bench.clienttypes import as_body, raw
 from distributetrain import inventory, planner
 from distributetrain.cleanup import delete_job
 from distributetrain.joblog import Reporter
@@ -66,7 +66,7 @@ def seed(kube: Kube, nodes: int, pods: int,
     """Create `pods` pods (pod(i, nodes) each) in namespace bench, 8 client threads; wait until none is
     Pending. Returns the seconds it took."""
     started = time.perf_counter()
-    namespace = body({"metadata": {"name": "bench"}})
+    namespace = as_body({"metadata": {"name": "bench"}})
     raw(kube.core.create_namespace(namespace, _preload_content=False)).release_conn()
     time.sleep(0.3)  # the namespace's default ServiceAccount
     local = threading.local()
