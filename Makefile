@@ -37,6 +37,20 @@ typecheck: venv  ## mypy --strict over the product, the local cluster, bench/, t
 test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e)
 	$(PY) -m pytest tests
 
+# Three parts of that suite, for a quicker loop; together they are exactly `make test`'s tests
+# (tests/unit/test_make_targets.py checks it). ARGS passes pytest options: make unit ARGS='-k planner -x'.
+UNIT_TESTS := tests/unit tests/localcluster/unit
+INTEGRATION_TESTS := tests/integration tests/localcluster/integration tests/reliability
+
+unit: venv  ## the pure cores: no cluster, no processes (about a minute)
+	$(PY) -m pytest $(UNIT_TESTS) $(ARGS)
+
+integration: venv  ## the manager and the API server against a local cluster of simulated kubelets (a few minutes)
+	$(PY) -m pytest $(INTEGRATION_TESTS) -m "not e2e" $(ARGS)
+
+e2e: venv  ## real sshd, Horovod and TensorFlow in pods run as processes (root; the slow part)
+	$(PY) -m pytest tests -m e2e $(ARGS)
+
 bench: venv  ## every benchmark; results in bench/results/, report in docs/benchmarks.md
 	$(PY) -m bench.run
 

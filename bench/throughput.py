@@ -95,7 +95,8 @@ def planned_split(log: str) -> tuple[int, ...]:
 @contextmanager
 def cluster(nodes: Sequence[int], node_link: str = "") -> Iterator[Any]:
     """A local cluster of real processes with these GPU nodes (and this node link), in its own thread."""
-    from localcluster.cluster import ClusterSpec, LocalCluster
+    from localcluster.cluster import LocalCluster
+    from localcluster.clusterspec import ClusterSpec
 
     spec = ClusterSpec(nodes=tuple(nodes), runtime="process", node_link=node_link)
     started = LocalCluster(spec).start()

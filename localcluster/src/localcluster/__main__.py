@@ -15,7 +15,8 @@ import signal
 from pathlib import Path
 
 from localcluster.certs import DEFAULT_SANS
-from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.cluster import LocalCluster
+from localcluster.clusterspec import ClusterSpec
 from localcluster.podsecurity import parse_defaults
 
 

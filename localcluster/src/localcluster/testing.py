@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from localcluster.cluster import ClusterSpec, LocalCluster
+from localcluster.cluster import LocalCluster
+from localcluster.clusterspec import ClusterSpec
 from localcluster.faults import Fault
 from localcluster.runtime.base import PodRuntime
 from localcluster.runtime.sim import Behavior, Predicate, SimRuntime

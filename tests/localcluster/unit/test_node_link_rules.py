@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.cluster import ClusterSpec, runtime_options
+from localcluster.clusterspec import ClusterSpec, runtime_options
 from localcluster.errors import InvalidInput
 from localcluster.runtime.netns import ClusterNetwork, node_bridge_name, uplink_names
 from localcluster.runtime.nodelink import NodeLink, parse_node_link, shaping_batch
