@@ -144,7 +144,7 @@ def test_settings_defaults_and_arguments_over_the_environment() -> None:
                                 {"DT_SLOTS": "1", "DT_SSH_IDENTITY": "/run/key"})
     assert s.slots == 2 and s.ssh_port == 2200 and s.identity_file == Path("/run/key")
     assert s.hostfile == Path(naming.HOSTFILE_MOUNT_PATH) / naming.HOSTFILE_KEY
-    assert s.command == launcher.DEFAULT_COMMAND == ("python3", naming.TRAIN_SCRIPT_PATH)
+    assert s.command == naming.DEFAULT_COMMAND == ("python3", naming.TRAIN_SCRIPT_PATH)
     assert s.num_processes is None and s.transport == "gloo" and s.network_interface is None
 
 
