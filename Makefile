@@ -30,8 +30,9 @@ lint: venv  ## ruff, the import layering contracts, hadolint
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/hadolint base-image/Dockerfile manager-image/Dockerfile
 
-typecheck: venv  ## mypy --strict over the product and the local cluster
+typecheck: venv  ## mypy --strict over the product, the local cluster, bench/, then tests/ (one run per directory)
 	$(VENV)/bin/mypy
+	bash scripts/typecheck-tests.sh $(VENV)/bin/mypy
 
 test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e)
 	$(PY) -m pytest tests

@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 from kubernetes import client, config, watch
 
+from bench.clienttypes import as_body, raw
 from distributetrain.k8s import Kube, list_nodes_and_pods
 from localcluster import daemon
 
@@ -112,14 +113,14 @@ def _create_pods(api: client.ApiClient, count: int, nodes: int) -> float:
 def _wait_running(v1: client.CoreV1Api, count: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        items = orjson.loads(v1.list_namespaced_pod("bench", _preload_content=False).data)["items"]
+        items = orjson.loads(raw(v1.list_namespaced_pod("bench", _preload_content=False)).data)["items"]
         if sum(1 for p in items if p["status"].get("phase") == "Running") == count:
             return
         time.sleep(0.5)
     raise RuntimeError("pods did not all become Running")
 
 
-def _list_raw(
+def _listraw(
     v1: client.CoreV1Api, *, limit: int | None = None, pause_gc: bool = False
 ) -> tuple[float, float, int]:
     """(seconds until the last byte arrived, seconds decoding, items) for one list of every pod."""
@@ -132,7 +133,7 @@ def _list_raw(
         if token:
             kwargs["_continue"] = token
         t0 = time.perf_counter()
-        data = v1.list_pod_for_all_namespaces(**kwargs).data
+        data = raw(v1.list_pod_for_all_namespaces(**kwargs)).data
         t1 = time.perf_counter()
         if pause_gc:
             # a million fresh objects trigger repeated full collections: pausing them is the client's choice
@@ -152,15 +153,18 @@ def _list_raw(
 
 def _watch_latency(api: client.ApiClient, samples: int) -> list[float]:
     v1 = client.CoreV1Api(api)
-    v1.create_namespaced_config_map("bench", {"metadata": {"name": "tick"}, "data": {"n": "-1"}})
-    rv = v1.read_namespaced_config_map("tick", "bench").metadata.resource_version
+    v1.create_namespaced_config_map("bench", as_body({"metadata": {"name": "tick"}, "data": {"n": "-1"}}))
+    meta = v1.read_namespaced_config_map("tick", "bench").metadata
+    if meta is None or meta.resource_version is None:
+        raise RuntimeError("the API server answered ConfigMap tick without metadata.resourceVersion")
+    rv = meta.resource_version
     sent: dict[str, float] = {}
     latencies: list[float] = []
     ready = threading.Event()
     done = threading.Event()
 
     def consume() -> None:
-        stream = watch.Watch().stream(
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
             client.CoreV1Api(api).list_namespaced_config_map,
             "bench",
             resource_version=rv,
@@ -190,16 +194,16 @@ def _watch_latency(api: client.ApiClient, samples: int) -> list[float]:
 def _schedule(api: client.ApiClient, count: int) -> float:
     """Seconds from the first create until `count` unbound 1-GPU pods are all bound by the scheduler."""
     v1 = client.CoreV1Api(api)
-    v1.create_namespace({"metadata": {"name": "sched"}})
+    v1.create_namespace(as_body({"metadata": {"name": "sched"}}))
     time.sleep(0.2)
     started = time.perf_counter()
     for i in range(count):
         pod = {"metadata": {"name": f"s-{i:04d}"},
                "spec": {"containers": [{"name": "main", "image": "busybox:1.36",
                                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-        v1.create_namespaced_pod("sched", pod, _preload_content=False).release_conn()
+        raw(v1.create_namespaced_pod("sched", as_body(pod), _preload_content=False)).release_conn()
     while True:
-        items = orjson.loads(v1.list_namespaced_pod("sched", _preload_content=False).data)["items"]
+        items = orjson.loads(raw(v1.list_namespaced_pod("sched", _preload_content=False)).data)["items"]
         if sum(1 for p in items if p["spec"].get("nodeName")) == count:
             return time.perf_counter() - started
         time.sleep(0.1)
@@ -215,30 +219,31 @@ def main(quick: bool = False) -> dict[str, Any]:
         startup = time.perf_counter() - started
         try:
             config_obj = client.Configuration()
-            config.load_kube_config(str(state / "kubeconfig"), client_configuration=config_obj)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                str(state / "kubeconfig"), client_configuration=config_obj)
             config_obj.connection_pool_maxsize = 16
             api = client.ApiClient(config_obj)
             v1 = client.CoreV1Api(api)
-            v1.create_namespace({"metadata": {"name": "bench"}})
+            v1.create_namespace(as_body({"metadata": {"name": "bench"}}))
             time.sleep(0.2)  # the namespace's default ServiceAccount
             idle_rss, _ = _rss_mib(server.pid)
             create_seconds = _create_pods(api, pods, nodes)
             _wait_running(v1, pods)
             fetch_times, list_times, paused_times, counts = [], [], [], set()
             for _ in range(list_runs):
-                fetch, decode, count = _list_raw(v1)
+                fetch, decode, count = _listraw(v1)
                 fetch_times.append(fetch)
                 list_times.append(fetch + decode)
                 counts.add(count)
-                fetch, decode, count = _list_raw(v1, pause_gc=True)
+                fetch, decode, count = _listraw(v1, pause_gc=True)
                 paused_times.append(fetch + decode)
             paged_times, paged_paused_times = [], []
             kube, kube_500 = Kube(api), Kube(api, page_size=500)
             full_times: dict[Kube, list[float]] = {kube: [], kube_500: []}
             manager_times: list[float] = []
             for _ in range(list_runs):
-                paged_times.append(sum(_list_raw(v1, limit=500)[:2]))
-                paged_paused_times.append(sum(_list_raw(v1, limit=500, pause_gc=True)[:2]))
+                paged_times.append(sum(_listraw(v1, limit=500)[:2]))
+                paged_paused_times.append(sum(_listraw(v1, limit=500, pause_gc=True)[:2]))
                 t0 = time.perf_counter()
                 listed_nodes, listed_pods = list_nodes_and_pods(kube=kube)  # the manager's own call
                 manager_times.append(time.perf_counter() - t0)
@@ -255,12 +260,12 @@ def main(quick: bool = False) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 assert len(v1.list_pod_for_all_namespaces().items) == pods
                 model_times.append(time.perf_counter() - t0)
-            list_bytes = len(v1.list_pod_for_all_namespaces(_preload_content=False).data)
+            list_bytes = len(raw(v1.list_pod_for_all_namespaces(_preload_content=False)).data)
             latencies = _watch_latency(api, watch_samples)
             scheduled = 100 if quick else 200
             schedule_seconds = _schedule(api, scheduled)
             rss, peak = _rss_mib(server.pid)
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]
         finally:
             server.send_signal(signal.SIGTERM)
             try:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.clienttypes import as_body, raw
 from distributetrain import inventory, planner
 from distributetrain.cleanup import delete_job
 from distributetrain.joblog import Reporter
@@ -65,7 +66,8 @@ def seed(kube: Kube, nodes: int, pods: int,
     """Create `pods` pods (pod(i, nodes) each) in namespace bench, 8 client threads; wait until none is
     Pending. Returns the seconds it took."""
     started = time.perf_counter()
-    kube.core.create_namespace({"metadata": {"name": "bench"}}, _preload_content=False).release_conn()
+    namespace = as_body({"metadata": {"name": "bench"}})
+    raw(kube.core.create_namespace(namespace, _preload_content=False)).release_conn()
     time.sleep(0.3)  # the namespace's default ServiceAccount
     local = threading.local()
 
@@ -104,7 +106,7 @@ def _launch_once(kubeconfig: Path, job: str, page_size: int) -> dict[str, Any]:
         "requests": dict(sorted(kube.requests.items())),
     }
     delete_job(kube, job=job, namespace="default", keep_chief=False)
-    kube.api_client.close()
+    kube.api_client.close()  # type: ignore[no-untyped-call]
     return result
 
 
@@ -131,7 +133,7 @@ def _components(kubeconfig: Path, repeats: int) -> dict[str, float]:
     """Where the time before the first create goes: the two inventory lists, the accounting, the plan."""
     kube = Kube.connect(kubeconfig=str(kubeconfig))
     timings, _ = time_inventory_and_plan(kube, repeats, JOB_GPUS)
-    kube.api_client.close()
+    kube.api_client.close()  # type: ignore[no-untyped-call]
     lists, accounting, planning = zip(*timings, strict=True)
     return {"list_nodes_and_pods_s": round(statistics.median(lists), 3),
             "inventory_s": round(statistics.median(accounting), 3),
@@ -139,7 +141,7 @@ def _components(kubeconfig: Path, repeats: int) -> dict[str, float]:
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
-    return round(statistics.median(r[key] for r in runs), 3)
+    return round(float(statistics.median(r[key] for r in runs)), 3)
 
 
 def measure(nodes: int, pods: int, repeats: int) -> dict[str, Any]:
@@ -163,7 +165,7 @@ def measure(nodes: int, pods: int, repeats: int) -> dict[str, Any]:
                     "requests_total": sum(runs[0]["requests"].values()),
                 }
             by_page["components"] = _components(state / "kubeconfig", repeats)
-            admin.api_client.close()
+            admin.api_client.close()  # type: ignore[no-untyped-call]
         finally:
             server.send_signal(signal.SIGTERM)
             try:

@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from bench.clienttypes import raw
 from bench.manager_overhead import GPUS_PER_NODE, background_pod, seed, start_server, time_inventory_and_plan
 from distributetrain.k8s import Kube, gc_paused
 
@@ -170,7 +171,7 @@ def _raw_pages(kube: Kube, kind: str) -> list[bytes]:
     lister = kube.core.list_node if kind == "nodes" else kube.core.list_pod_for_all_namespaces
     while True:
         response = lister(limit=PAGE, _continue=token, _preload_content=False)
-        body = response.data
+        body = raw(response).data
         pages.append(body)
         # the continue token sits in the list's metadata, at the head of the body: no need to decode it all
         found = _CONTINUE.search(body, 0, 4096)
@@ -217,9 +218,9 @@ def client_side(kubeconfig: str) -> dict[str, Any]:
     sample = pod_pages[0]  # a full page, if there are several
     sample_items = len(orjson.loads(sample)["items"])
     t0 = time.perf_counter()
-    kube.api_client.deserialize(sample, "V1PodList", "application/json")
+    kube.api_client.deserialize(sample.decode(), "V1PodList", "application/json")  # as the client does
     models_sample = time.perf_counter() - t0
-    kube.api_client.close()
+    kube.api_client.close()  # type: ignore[no-untyped-call]
     return {
         "inventory_plus_plan_s": {"cold": round(cold_total, 3),
                                   "warm_p50": round(statistics.median(warm_totals), 3),
@@ -249,7 +250,7 @@ def measure(nodes: int, pods: int, shape: str = "minimal") -> dict[str, Any]:
         try:
             admin = Kube.connect(kubeconfig=str(state / "kubeconfig"))
             seed_seconds = seed(admin, nodes, pods, POD_SHAPES[shape])
-            admin.api_client.close()
+            admin.api_client.close()  # type: ignore[no-untyped-call]
             command = [sys.executable, "-m", "bench.scale", "--client", str(state / "kubeconfig")]
             done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:

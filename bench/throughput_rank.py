@@ -34,6 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 MATRIX = 256
@@ -51,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def compute(a: np.ndarray, b: np.ndarray, work: int) -> float:
+def compute(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], work: int) -> float:
     """`work` matrix products, the rank's forward and backward pass; returns its own duration."""
     began = time.perf_counter()
     c = a
@@ -61,7 +62,7 @@ def compute(a: np.ndarray, b: np.ndarray, work: int) -> float:
     return time.perf_counter() - began
 
 
-def step(gradient: tf.Tensor, a: np.ndarray, b: np.ndarray, work: int,
+def step(gradient: tf.Tensor, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], work: int,
          name: str) -> tuple[float, float, float]:
     """One training step: (step, compute, allreduce) seconds on this rank."""
     began = time.perf_counter()

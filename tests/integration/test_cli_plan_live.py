@@ -9,6 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 from kubernetes import client
 
+from apiclient import as_body
 from distributetrain.cli import main
 from podsecurity import restricted
 
@@ -37,7 +38,7 @@ def test_live_inventory_and_plan_follow_the_pods(local_cluster: Any) -> None:
         ("node-1", 5, "worker"), ("node-3", 1, "chief")]
 
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_pod("default", gpu_pod("holder", "node-1", 2))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("holder", "node-1", 2)))
     rows = cli_json("inventory", "--kubeconfig", kubeconfig)
     assert [(r["node"], r["requested"], r["free"]) for r in rows] == [
         ("node-1", 2, 3), ("node-2", 0, 3), ("node-3", 0, 2)]
@@ -51,7 +52,7 @@ def test_live_inventory_and_plan_follow_the_pods(local_cluster: Any) -> None:
 
 def test_a_kubectl_dump_reads_like_the_live_cluster(local_cluster: Any, tmp_path: Path) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_pod("default", gpu_pod("holder", "node-2", 1))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("holder", "node-2", 1)))
     done = local_cluster.kubectl("get", "nodes,pods", "-A", "-o", "json")
     assert done.returncode == 0, done.stderr
     dump = tmp_path / "cluster.json"

@@ -182,7 +182,7 @@ def test_twenty_jobs_at_once_on_100_nodes(local_cluster_factory: Factory, row: C
     elapsed = time.monotonic() - started
     failed = [m for m in managers if m.code != 0]
     assert not failed, f"{len(failed)} of 20 failed:\n" + "\n\n".join(m.recorder.text for m in failed)
-    orphans = {}
+    orphans: dict[str, dict[str, list[str]]] = {}
     for job in jobs:
         left = leftovers(kube, job)
         if left != {"pods": [naming.chief_name(job)]}:
@@ -199,7 +199,8 @@ def test_twenty_jobs_at_once_on_100_nodes(local_cluster_factory: Factory, row: C
     # bounded: a job's requests do not depend on the 100 nodes (two paginated lists for the inventory)
     assert max(per_job.values()) <= 60, per_job
     row("20 jobs at once on 100 nodes", outcome="all exit 0, zero orphans", exit_code=0, detect_s=None,
-        cleanup_s=None, objects_left=count({j: v for j, v in orphans.items()}), gpus_held=held(before, after),
+        cleanup_s=None, objects_left=sum(count(left) for left in orphans.values()),
+        gpus_held=held(before, after),
         notes=f"{elapsed:.1f} s for all; API requests per job max {max(per_job.values())}, "
               f"mean {sum(per_job.values()) / len(per_job):.1f}; by verb {dict(sorted(verbs.items()))}",
         extra={"requests_per_job": per_job, "by_verb": dict(verbs), "elapsed_s": elapsed})

@@ -91,7 +91,7 @@ def test_chief_node_fails(local_cluster_factory: Factory, row: Callable[..., obj
     cluster = local_cluster_factory(behaviors=[chief_runs_forever()])
     manager, before = _start(cluster)
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node("node-3"))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node("node-3"))
     _finish(cluster, manager, row, "chief's node fails", fault_at, before, kept={})
     assert manager.code == 75
     assert "train-chief" in manager.message and "NodeLost" in manager.message
@@ -102,7 +102,7 @@ def test_worker_node_fails(local_cluster_factory: Factory, row: Callable[..., ob
     cluster = local_cluster_factory(behaviors=[chief_runs_forever()])
     manager, before = _start(cluster)
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node("node-1"))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node("node-1"))
     _finish(cluster, manager, row, "worker's node fails", fault_at, before, kept={})
     assert manager.code == 70
     assert "train-worker-0" in manager.message and "node-1" in manager.message

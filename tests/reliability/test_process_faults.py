@@ -115,7 +115,7 @@ def test_worker_node_fails_with_real_processes(cluster: TestCluster, row: Callab
     kube = kube_of(cluster)
     node = pods_of(kube, "train")["train-worker-0"]["spec"]["nodeName"]
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node(node))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node(node))
     code = manager.join(timeout=180)
     text = manager.recorder.text
     assert code == 70, text
@@ -175,7 +175,7 @@ def test_chief_node_fails_with_real_processes(cluster: TestCluster, row: Callabl
     kube = kube_of(cluster)
     node = pods_of(kube, "train")["train-chief"]["spec"]["nodeName"]
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node(node))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node(node))
     code = manager.join(timeout=180)
     text = manager.recorder.text
     assert code == 75, text

@@ -3,6 +3,8 @@ ranks' lines read back, and the verdict that names the pod to blame."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from distributetrain import allreduce, launchsettings, manifests, naming
@@ -10,6 +12,7 @@ from distributetrain.allreduce import Measure
 from distributetrain.errors import InvalidInput
 from distributetrain.hostfile import HostSlots
 from distributetrain.jobspec import JobSpec
+from distributetrain.planner import Entry
 
 HOSTS = (HostSlots("10.244.3.2", 1), HostSlots("10.244.1.2", 3), HostSlots("10.244.2.2", 2))
 MIB = 1 << 20
@@ -50,7 +53,7 @@ def lines(*, ready: range = range(6), pairs: bool = True, sweep: bool = True, do
 
 
 def verdict(text: list[str], **kw: object) -> str | None:
-    options: dict[str, object] = {"min_busbw": None, "timed_out": False, "exit_code": 0, **kw}
+    options: dict[str, Any] = {"min_busbw": None, "timed_out": False, "exit_code": 0, **kw}
     return allreduce.verdict(allreduce.read(text), hosts=HOSTS, ranks=6, **options)
 
 
@@ -111,7 +114,7 @@ def test_the_launcher_runs_it_when_asked_and_the_manager_asks_for_it() -> None:
         JobSpec.from_sources({"gpus": "6", "image": "i:1", "min_busbw": "-1"}, {})
 
 
-def _entry() -> object:
+def _entry() -> Entry:
     from distributetrain.planner import plan
 
     return plan({"node-1": 6}, 6).chief

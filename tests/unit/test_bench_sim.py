@@ -10,29 +10,31 @@ import pytest
 from bench import model
 from bench.model import SpanCost
 from bench.policies import POLICIES, SPANS_MORE_THAN_FEWEST, Context
-from bench.sim import Nodes, fill_until_full, frag_table_for, simulate
-from bench.workload import Cluster, make_cluster, make_trace
+from bench.sim import Nodes, RunResult, fill_until_full, frag_table_for, simulate
+from bench.workload import Cluster, Trace, make_cluster, make_trace
+
+Small = tuple[Cluster, Trace]
 
 
 @pytest.fixture(scope="module")
-def small() -> tuple[Cluster, object]:
+def small() -> Small:
     cluster = make_cluster("C3", "small")
     trace = make_trace(cluster, model.MIXES["stress"], 1.1, seed=11, days=1.5, warmup_days=0.25)
     return cluster, trace
 
 
-def runs(cluster: Cluster, trace: object) -> dict[str, object]:
+def runs(cluster: Cluster, trace: Trace) -> dict[str, RunResult]:
     mix = model.MIXES["stress"]
     ctx = Context(cluster.capacity_map(), mix)
     table = frag_table_for(mix, cluster)
-    out = {key: simulate(cluster, trace, key, factory(ctx), frag_table=table,  # type: ignore[arg-type]
+    out = {key: simulate(cluster, trace, key, factory(ctx), frag_table=table,
                          fewest_only=key not in SPANS_MORE_THAN_FEWEST)
            for key, (_, factory) in POLICIES.items()}
-    out["ideal"] = simulate(cluster, trace, "ideal", None, frag_table=table)  # type: ignore[arg-type]
+    out["ideal"] = simulate(cluster, trace, "ideal", None, frag_table=table)
     return out
 
 
-def test_the_ideal_bound_starts_and_ends_every_job_no_later_than_any_policy(small: tuple) -> None:
+def test_the_ideal_bound_starts_and_ends_every_job_no_later_than_any_policy(small: Small) -> None:
     cluster, trace = small
     results = runs(cluster, trace)
     ideal = results.pop("ideal")
@@ -43,7 +45,7 @@ def test_the_ideal_bound_starts_and_ends_every_job_no_later_than_any_policy(smal
     assert np.mean(results["original"].end > ideal.end + 1) > 0.2
 
 
-def test_strict_fcfs_starts_jobs_in_arrival_order_and_never_before_they_arrive(small: tuple) -> None:
+def test_strict_fcfs_starts_jobs_in_arrival_order_and_never_before_they_arrive(small: Small) -> None:
     cluster, trace = small
     for key, run in runs(cluster, trace).items():
         assert np.all(np.diff(run.start) >= 0), key
@@ -51,14 +53,14 @@ def test_strict_fcfs_starts_jobs_in_arrival_order_and_never_before_they_arrive(s
         assert not np.isnan(run.end).any(), key
 
 
-def test_ours_never_spans_more_nodes_than_the_fewest_possible(small: tuple) -> None:
+def test_ours_never_spans_more_nodes_than_the_fewest_possible(small: Small) -> None:
     cluster, trace = small
     run = runs(cluster, trace)["ours"]
     assert np.array_equal(run.nodes, run.fewest_then)
     assert np.all(run.nodes >= run.fewest_empty)
 
 
-def test_run_time_grows_by_the_span_cost_per_extra_node(small: tuple) -> None:
+def test_run_time_grows_by_the_span_cost_per_extra_node(small: Small) -> None:
     cluster, trace = small
     run = runs(cluster, trace)["leastfree"]
     extra = run.nodes - run.fewest_empty

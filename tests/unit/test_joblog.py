@@ -90,7 +90,8 @@ def test_split_stamp() -> None:
 
 
 def test_a_resumed_stream_loses_and_repeats_nothing() -> None:
-    cursor, out = joblog.LogCursor(), []
+    cursor = joblog.LogCursor()
+    out: list[bytes] = []
     first = [stamped(1, 0, "a"), stamped(1, 0, "b"), stamped(2, 5, "c")]   # two lines share a time
     copy(cursor, first, out)
     assert cursor.since_time() == "2026-11-22T03:17:02Z"  # whole seconds: the server passes no more on
@@ -101,7 +102,8 @@ def test_a_resumed_stream_loses_and_repeats_nothing() -> None:
 
 def test_after_a_rotation_nothing_is_skipped() -> None:
     """A line count would skip the first lines of the new file: the old ones are no longer served."""
-    cursor, out = joblog.LogCursor(), []
+    cursor = joblog.LogCursor()
+    out: list[bytes] = []
     copy(cursor, [stamped(1, 0, "old-1"), stamped(1, 1, "old-2")], out)
     copy(cursor, [stamped(4, 0, "new-1"), stamped(4, 1, "new-2")], out)  # rotated: only newer lines served
     assert out == [b"old-1", b"old-2", b"new-1", b"new-2"]

@@ -33,7 +33,8 @@ def key(obj: dict[str, Any]) -> tuple[str, str]:
 
 
 def manager(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(o for o in objects if o["kind"] == "Pod")["spec"]["containers"][0]
+    container: dict[str, Any] = next(o for o in objects if o["kind"] == "Pod")["spec"]["containers"][0]
+    return container
 
 
 def env(container: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,12 @@ BASE_ENV = [{"name": "DT_JOB_NAME", "value": "train"}, {"name": "DT_SSH_PORT", "
             {"name": "DT_SSH_DIR", "value": "/etc/distributetrain/ssh"}]
 ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-POD_SPEC_COMMON = {"restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                   "enableServiceLinks": False, "terminationGracePeriodSeconds": 10,
-                   "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                       "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
-                   "automountServiceAccountToken": False}
+POD_SPEC_COMMON: dict[str, Any] = {
+    "restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+    "enableServiceLinks": False, "terminationGracePeriodSeconds": 10,
+    "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                        "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
+    "automountServiceAccountToken": False}
 
 WORKER = {
     "apiVersion": "v1", "kind": "Pod",
@@ -130,7 +132,7 @@ SECRET = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": T
                    "id_ed25519.pub": base64.b64encode((KEYS.public + "\n").encode()).decode(),
                    "authorized_keys": base64.b64encode(KEYS.authorized_keys().encode()).decode()}}
 
-CASES = {
+CASES: dict[str, tuple[Callable[[JobSpec], dict[str, Any]], dict[str, Any]]] = {
     "worker": (lambda s: manifests.worker_pod(s, index=0, entry=Entry("node-1", 5), owner=OWNER), WORKER),
     "chief": (lambda s: manifests.chief_pod(s, entry=Entry("node-3", 1), owner=OWNER), CHIEF),
     "hostfile": (lambda s: manifests.hostfile_configmap(

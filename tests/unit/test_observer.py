@@ -31,7 +31,7 @@ def test_the_chief_log_moves_the_job_to_running_and_reports_progress() -> None:
 
 def test_a_hook_that_fails_never_raises_and_is_said_once() -> None:
     seen = observer()
-    seen.pods_ready([None])
+    seen.pods_ready([None])  # type: ignore[list-item]  # on purpose: a hook that fails
     seen.pod_created({"metadata": None})
     seen.failed(RuntimeError("x"))  # the cleanup guard's hook still works after
     seen.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -28,7 +29,7 @@ SIDECAR_POD = {
 }
 
 
-def page(pods: list[dict[str, object]], **meta: str) -> bytes:
+def page(pods: list[dict[str, Any]], **meta: str) -> bytes:
     return orjson.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": meta, "items": pods})
 
 

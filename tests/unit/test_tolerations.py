@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
 from distributetrain.errors import InvalidInput
@@ -16,34 +14,22 @@ from distributetrain.tolerations import (
 )
 
 
-@dataclass(frozen=True)
-class OtherToleration:
-    """Shaped like config's toleration: None for "any"."""
-
-    key: str | None
-    operator: str
-    value: str | None = None
-    effect: str | None = None
-
-
 @pytest.mark.parametrize(
     ("toleration", "taint", "expected"),
     [
-        (OtherToleration(None, "Exists"), {"key": "x", "effect": "NoExecute"}, True),
-        (
-            OtherToleration("x", "Equal", "1", "NoSchedule"),
-            {"key": "x", "value": "1", "effect": "NoSchedule"},
-            True,
-        ),
-        (OtherToleration("x", "Equal", "1"), {"key": "x", "value": "2", "effect": "NoSchedule"}, False),
-        (OtherToleration("x", "Equal", None), {"key": "x", "effect": "NoSchedule"}, True),
-        (OtherToleration("x", "Equal", ""), {"key": "x", "value": "v", "effect": "NoSchedule"}, False),
-        (OtherToleration("y", "Exists"), {"key": "x", "effect": "NoSchedule"}, False),
+        # an empty key with Exists tolerates every taint; a missing value is ""; an effect must match if set
+        (Toleration("", "Exists"), {"key": "x", "effect": "NoExecute"}, True),
+        (Toleration("x", "Equal", "1", "NoSchedule"), {"key": "x", "value": "1", "effect": "NoSchedule"},
+         True),
+        (Toleration("x", "Equal", "1"), {"key": "x", "value": "2", "effect": "NoSchedule"}, False),
+        (Toleration("x", "Equal", ""), {"key": "x", "effect": "NoSchedule"}, True),
+        (Toleration("x", "Equal", ""), {"key": "x", "value": "v", "effect": "NoSchedule"}, False),
+        (Toleration("y", "Exists"), {"key": "x", "effect": "NoSchedule"}, False),
+        (Toleration("x", "Exists", "", "NoExecute"), {"key": "x", "effect": "NoSchedule"}, False),
     ],
 )
-def test_tolerates_accepts_any_toleration_shape(
-    toleration: OtherToleration, taint: dict[str, str], expected: bool
-) -> None:
+def test_tolerates_follows_kubernetes_matching_rule(toleration: Toleration, taint: dict[str, str],
+                                                    expected: bool) -> None:
     assert tolerates(toleration, taint) is expected
 
 

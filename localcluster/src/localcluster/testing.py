@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from localcluster.cluster import LocalCluster
 from localcluster.clusterspec import ClusterSpec
@@ -61,9 +61,10 @@ class RawResponse:
         return json.loads(self.body)
 
 
-def wait_until(check: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05,
-               what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+def wait_until(check: Callable[[], T | Literal[False] | None], *, timeout: float = 10.0,
+               interval: float = 0.05, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout` seconds. Returns
+    that truthy value, typed without the None or False the check gives while it waits."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()

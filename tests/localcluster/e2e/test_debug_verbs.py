@@ -331,7 +331,8 @@ def test_port_forward_to_a_closed_port_says_why(cluster: TestCluster, web: str) 
     finally:
         err = forward.stop()
     assert '"An error occurred forwarding"' in err, err  # kubectl's words, then the kubelet's
-    assert ("error forwarding port 8999 to pod web, uid " in err and "failed to connect to localhost:8999 "
+    assert "error forwarding port 8999 to pod web, uid " in err, err
+    assert ("failed to connect to localhost:8999 "
             'inside the network namespace of pod \\"default/web\\": dial tcp4 127.0.0.1:8999: connect: '
             "connection refused") in err, err
 

@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
 from test_process_runtime import leftovers, ours
 
+from apiclient import as_body, present
 from localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -108,20 +110,22 @@ def cluster(local_cluster_factory: Factory) -> TestCluster:
 
 def test_only_the_jobs_pods_open_a_workers_sshd_port(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod(
+    v1.create_namespaced_pod("default", as_body(pod(
         "train-worker-0", [PY, "-c", SERVER], node="node-1", labels=JOB,
-        readinessProbe={"tcpSocket": {"port": 2222}, "periodSeconds": 1}))
+        readinessProbe={"tcpSocket": {"port": 2222}, "periodSeconds": 1})))
     worker = running(v1, "train-worker-0")
-    v1.create_namespaced_pod("default", pod("train-chief", [PY, "-c", PROBER, worker, "2222"],
-                                            node="node-2", labels=JOB))
-    v1.create_namespaced_pod("default", pod("outsider", [PY, "-c", PROBER, worker, "2222"], node="node-3"))
+    v1.create_namespaced_pod("default", as_body(pod("train-chief", [PY, "-c", PROBER, worker, "2222"],
+                                                    node="node-2", labels=JOB)))
+    v1.create_namespaced_pod("default", as_body(pod("outsider", [PY, "-c", PROBER, worker, "2222"],
+                                                    node="node-3")))
     settles(v1, "outsider", "open")  # no policy yet: every pod is open to every pod
 
     kubectl(cluster, "apply", "-f", "-", input=JOB_POLICY)
     settles(v1, "outsider", "closed")
     settles(v1, "train-chief", "open")
     # the kubelet's probe comes from the node, which a policy never shuts out
-    assert v1.read_namespaced_pod("train-worker-0", "default").status.container_statuses[0].ready is True
+    statuses = present(v1.read_namespaced_pod("train-worker-0", "default").status.container_statuses)
+    assert statuses[0].ready is True
 
     # a pod's labels decide: given the job's labels the outsider is admitted, without them it is not
     kubectl(cluster, "label", "pod", "outsider", *(f"{k}={v}" for k, v in JOB.items()))
@@ -150,15 +154,18 @@ except OSError:
 def test_a_pod_cannot_pass_for_an_admitted_pod_by_taking_its_address(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     kubectl(cluster, "apply", "-f", "-", input=JOB_POLICY)
-    v1.create_namespaced_pod("default", pod("train-worker-0", [PY, "-c", SERVER], node="node-1", labels=JOB))
+    v1.create_namespaced_pod("default", as_body(pod("train-worker-0", [PY, "-c", SERVER], node="node-1",
+                                                    labels=JOB)))
     worker = running(v1, "train-worker-0")
-    v1.create_namespaced_pod("default", pod("train-chief", [PY, "-c", PROBER, worker, "2222"],
-                                            node="node-2", labels=JOB))
+    v1.create_namespaced_pod("default", as_body(pod("train-chief", [PY, "-c", PROBER, worker, "2222"],
+                                                    node="node-2", labels=JOB)))
     chief = running(v1, "train-chief")
     settles(v1, "train-chief", "open")
     # root in its network namespace, it may add the chief's address; the bridge drops what it sends from it
-    v1.create_namespaced_pod("default", pod("impostor", [PY, "-c", IMPOSTOR, worker, chief], node="node-3"))
-    wait_for(lambda: v1.read_namespaced_pod("impostor", "default").status.phase in ("Succeeded", "Failed"))
+    v1.create_namespaced_pod("default", as_body(pod("impostor", [PY, "-c", IMPOSTOR, worker, chief],
+                                                    node="node-3")))
+    wait_for(lambda: present(v1.read_namespaced_pod("impostor", "default").status).phase
+             in ("Succeeded", "Failed"))
     assert answers(v1, "impostor") == ["closed"]
 
 
@@ -180,13 +187,14 @@ spec:
 def test_namespace_and_pod_selectors_together_with_a_named_port(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     kubectl(cluster, "create", "namespace", "other")
-    v1.create_namespaced_pod("default", pod("db", [PY, "-c", SERVER], node="node-1", labels={"app": "db"},
-                                            ports=[{"name": "db", "containerPort": 2222}]))
+    v1.create_namespaced_pod("default", as_body(pod("db", [PY, "-c", SERVER], node="node-1",
+                                                    labels={"app": "db"},
+                                                    ports=[{"name": "db", "containerPort": 2222}])))
     db = running(v1, "db")
     kubectl(cluster, "apply", "-f", "-", input=CROSS_NAMESPACE)
     for name, labels in (("client", {"role": "client"}), ("other-role", {"role": "batch"})):
-        v1.create_namespaced_pod("other", pod(name, [PY, "-c", PROBER, db, "2222"], node="node-2",
-                                              labels=labels))
+        v1.create_namespaced_pod("other", as_body(pod(name, [PY, "-c", PROBER, db, "2222"], node="node-2",
+                                                      labels=labels)))
     settles(v1, "client", "closed", "other")  # the namespace lacks team=a
     kubectl(cluster, "label", "namespace", "other", "team=a")
     settles(v1, "client", "open", "other")
@@ -216,7 +224,7 @@ def test_egress_rules_decide_what_a_pod_reaches_the_api_server_included(cluster:
     runtime: Any = cluster.runtime
     api = f"{runtime.api_host}/32"
     port = cluster.cluster.api_port
-    v1.create_namespaced_pod("default", pod("train-worker-0", [PY, "-c", SERVER], node="node-1"))
+    v1.create_namespaced_pod("default", as_body(pod("train-worker-0", [PY, "-c", SERVER], node="node-1")))
     worker = running(v1, "train-worker-0")
     api_only = {"podSelector": {"matchLabels": {"egress": "api-only"}}, "policyTypes": ["Egress"],
                 "egress": [{"to": [{"ipBlock": {"cidr": api}}], "ports": [{"port": port}]},
@@ -226,11 +234,15 @@ def test_egress_rules_decide_what_a_pod_reaches_the_api_server_included(cluster:
                  "spec": spec} for name, spec in (("api-only", api_only), ("deny-egress", deny))]
     kubectl(cluster, "apply", "-f", "-", input="\n---\n".join(json.dumps(p) for p in policies))
     for name in ("api-only", "none", "free"):
-        v1.create_namespaced_pod("default", pod(f"egress-{name}", [PY, "-c", API_CHECK, worker],
-                                                node="node-2", labels={"egress": name}))
+        v1.create_namespaced_pod("default", as_body(pod(f"egress-{name}", [PY, "-c", API_CHECK, worker],
+                                                        node="node-2", labels={"egress": name})))
+
+    def ended(name: str) -> bool:
+        status = present(v1.read_namespaced_pod(f"egress-{name}", "default").status)
+        return status.phase in ("Succeeded", "Failed")
+
     for name in ("api-only", "none", "free"):
-        wait_for(lambda name=name: v1.read_namespaced_pod(f"egress-{name}", "default").status.phase
-                 in ("Succeeded", "Failed"), timeout=60)
+        wait_for(partial(ended, name), timeout=60)
     lines = {name: v1.read_namespaced_pod_log(f"egress-{name}", "default").splitlines()
              for name in ("api-only", "none", "free")}
     assert lines["free"][:2] == ["api open", "worker open"], lines
@@ -248,7 +260,8 @@ def test_rules_go_with_the_pods_and_the_cluster(local_cluster_factory: Factory) 
     mine = cluster.runtime.network.cluster_id  # type: ignore[attr-defined]
     kubectl(cluster, "apply", "-f", "-", input=JOB_POLICY)
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("train-worker-0", ["sleep", "1000"], node="node-1", labels=JOB))
+    v1.create_namespaced_pod("default", as_body(pod("train-worker-0", ["sleep", "1000"], node="node-1",
+                                                    labels=JOB)))
     running(v1, "train-worker-0")
     pause = cluster.runtime.pods[  # type: ignore[attr-defined]
         v1.read_namespaced_pod("train-worker-0", "default").metadata.uid].net.pause.pid

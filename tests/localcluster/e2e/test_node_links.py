@@ -18,6 +18,7 @@ from kubernetes import client
 from test_network_policy import kubectl, pod, running
 from test_process_runtime import leftovers, ours
 
+from apiclient import as_body
 from localcluster.errors import InvalidInput
 from localcluster.runtime.nodelink import parse_node_link
 from localcluster.testing import TestCluster, kubectl_path, start_cluster
@@ -84,10 +85,10 @@ def test_pods_on_one_node_are_not_shaped_and_each_nodes_link_is_shared_by_its_po
         local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(nodes=[1, 1, 1], runtime="process", gpu_taint=False, node_link=LINK)
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("sink", [PY, "-c", SINK], node="node-1",
-                                            readinessProbe={"tcpSocket": {"port": 5001}, "periodSeconds": 1}))
+    v1.create_namespaced_pod("default", as_body(pod("sink", [PY, "-c", SINK], node="node-1", readinessProbe={
+        "tcpSocket": {"port": 5001}, "periodSeconds": 1})))
     for name, node in (("near", "node-1"), ("far-1", "node-2"), ("far-2", "node-2"), ("other", "node-3")):
-        v1.create_namespaced_pod("default", pod(name, ["sleep", "infinity"], node=node))
+        v1.create_namespaced_pod("default", as_body(pod(name, ["sleep", "infinity"], node=node)))
     sink = running(v1, "sink")
     for name in ("near", "far-1", "far-2", "other"):
         running(v1, name)
@@ -178,9 +179,9 @@ def test_kubectl_sees_nothing_different_without_a_node_link(local_cluster_factor
     """No node link: each node still has its bridge, and pods of different nodes talk unshaped."""
     cluster = local_cluster_factory(nodes=[1, 1], runtime="process", gpu_taint=False)
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("sink", [PY, "-c", SINK], node="node-1",
-                                            readinessProbe={"tcpSocket": {"port": 5001}, "periodSeconds": 1}))
-    v1.create_namespaced_pod("default", pod("far", ["sleep", "infinity"], node="node-2"))
+    v1.create_namespaced_pod("default", as_body(pod("sink", [PY, "-c", SINK], node="node-1", readinessProbe={
+        "tcpSocket": {"port": 5001}, "periodSeconds": 1})))
+    v1.create_namespaced_pod("default", as_body(pod("far", ["sleep", "infinity"], node="node-2")))
     sink = running(v1, "sink")
     running(v1, "far")
     assert rate(transfers(cluster, sink, {"far": 300})) >= 5 * parse_node_link(LINK).payload_bytes_per_s

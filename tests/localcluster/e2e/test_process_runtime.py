@@ -96,7 +96,8 @@ class StandInHost:
         self.events.append((obj["metadata"]["name"], type, reason, message, field_path))
 
     def status(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        return self.objects[("pods", namespace, name)].get("status", {})
+        status: dict[str, Any] = self.objects[("pods", namespace, name)].get("status", {})
+        return status
 
     async def wait(self, what: Callable[[], bool], timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from test_process_runtime import leftovers, ours
 
+from apiclient import as_body, present
 from localcluster.testing import TestCluster, kubectl_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -81,15 +82,15 @@ except client.ApiException as e:
 def test_pod_uses_in_cluster_config_under_its_service_account_rbac(cluster: TestCluster) -> None:
     api = cluster.api_client()
     v1, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    v1.create_namespaced_service_account("default", {"metadata": {"name": "node-reader"}})
-    rbac.create_cluster_role({"metadata": {"name": "node-reader"}, "rules": [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "get"]}]})
-    rbac.create_cluster_role_binding({
+    v1.create_namespaced_service_account("default", as_body({"metadata": {"name": "node-reader"}}))
+    rbac.create_cluster_role(as_body({"metadata": {"name": "node-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "get"]}]}))
+    rbac.create_cluster_role_binding(as_body({
         "metadata": {"name": "node-reader"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "node-reader", "namespace": "default"}]})
-    v1.create_namespaced_pod("default", pod_manifest("incluster", [PY, "-c", IN_CLUSTER],
-                                                     serviceAccountName="node-reader"))
+        "subjects": [{"kind": "ServiceAccount", "name": "node-reader", "namespace": "default"}]}))
+    v1.create_namespaced_pod("default", as_body(pod_manifest("incluster", [PY, "-c", IN_CLUSTER],
+                                                             serviceAccountName="node-reader")))
     wait_for(lambda: phase_of(v1, "incluster") in ("Succeeded", "Failed"))
     out = v1.read_namespaced_pod_log("incluster", "default")
     assert "nodes: node-1,node-2" in out, out
@@ -100,7 +101,7 @@ def test_pod_uses_in_cluster_config_under_its_service_account_rbac(cluster: Test
 def test_kubectl_logs_follows_a_running_pod(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     script = "import time\nfor i in range(12):\n print(f'tick {i}', flush=True)\n time.sleep(0.25)\n"
-    v1.create_namespaced_pod("default", pod_manifest("ticker", [PY, "-c", script]))
+    v1.create_namespaced_pod("default", as_body(pod_manifest("ticker", [PY, "-c", script])))
     wait_for(lambda: v1.read_namespaced_pod("ticker", "default").status.phase == "Running")
     wait_for(lambda: "tick 0" in v1.read_namespaced_pod_log("ticker", "default"))
     follower = subprocess.Popen(
@@ -119,7 +120,7 @@ def test_kubectl_logs_follows_a_running_pod(cluster: TestCluster) -> None:
 def test_deleted_pod_process_is_gone_within_its_grace_period(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     marker = "1234.5678"  # `sleep` ignores SIGTERM as PID 1: only the end of the grace period stops it
-    v1.create_namespaced_pod("default", pod_manifest("sleeper", ["sleep", marker]))
+    v1.create_namespaced_pod("default", as_body(pod_manifest("sleeper", ["sleep", marker])))
     wait_for(lambda: phase_of(v1, "sleeper") == "Running")
     assert processes_with(marker)
     v1.delete_namespaced_pod("sleeper", "default", grace_period_seconds=2)
@@ -130,7 +131,7 @@ def test_deleted_pod_process_is_gone_within_its_grace_period(cluster: TestCluste
         try:
             v1.read_namespaced_pod("sleeper", "default")
         except client.ApiException as e:
-            return e.status == 404
+            return bool(e.status == 404)
         return False
     wait_for(gone, timeout=30)
     assert processes_with(marker) == []
@@ -140,10 +141,10 @@ def test_readiness_probe_gates_ready(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     server = ("import socket, time\ntime.sleep(2)\ns = socket.create_server(('0.0.0.0', 8080))\n"
               "print('listening', flush=True)\nwhile True:\n    s.accept()[0].close()\n")
-    v1.create_namespaced_pod("default", pod_manifest(
+    v1.create_namespaced_pod("default", as_body(pod_manifest(
         "gated", [PY, "-c", server],
         container={"ports": [{"name": "http", "containerPort": 8080}],
-                   "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1}}))
+                   "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1}})))
 
     def ready() -> str | None:
         conditions = v1.read_namespaced_pod("gated", "default").status.conditions or []
@@ -153,7 +154,7 @@ def test_readiness_probe_gates_ready(cluster: TestCluster) -> None:
     wait_for(lambda: ready() == "True", timeout=30)
     assert "listening" in v1.read_namespaced_pod_log("gated", "default")
     status = v1.read_namespaced_pod("gated", "default").status
-    assert status.container_statuses[0].ready is True
+    assert present(status.container_statuses)[0].ready is True
     assert status.pod_ip.startswith("10.")
 
 
@@ -162,7 +163,7 @@ def test_local_down_leaves_nothing_behind(local_cluster_factory: Factory) -> Non
     cluster = local_cluster_factory(nodes=[1, 1], runtime="process", gpu_taint=False)
     v1 = client.CoreV1Api(cluster.api_client())
     for i in range(3):
-        v1.create_namespaced_pod("default", pod_manifest(f"idle-{i}", ["sleep", "1000"]))
+        v1.create_namespaced_pod("default", as_body(pod_manifest(f"idle-{i}", ["sleep", "1000"])))
     wait_for(lambda: all(phase_of(v1, f"idle-{i}") == "Running" for i in range(3)))
     mine = cluster.runtime.network.cluster_id  # type: ignore[attr-defined]
     assert ours(leftovers(), mine) != ours(before, mine)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from apiclient import as_body, present
 from localcluster.testing import TestCluster, wait_until
 
 pytestmark = [
@@ -42,18 +43,18 @@ def pod(name: str, command: list[str] | None, restart: str = "Never", **containe
     return {"metadata": {"name": name}, "spec": {"restartPolicy": restart, "containers": [main]}}
 
 
-def events(v1: client.CoreV1Api, name: str) -> list[tuple[str, str, str]]:
+def events(v1: client.CoreV1Api, name: str) -> list[tuple[str | None, str | None, str | None]]:
     listed = v1.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
     return [(e.type, e.reason, e.message) for e in listed]
 
 
-def reasons(v1: client.CoreV1Api, name: str) -> list[str]:
+def reasons(v1: client.CoreV1Api, name: str) -> list[str | None]:
     return [reason for _, reason, _ in events(v1, name)]
 
 
 def test_a_started_then_deleted_pod_reads_like_a_kubelet(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("sleeper", ["sleep", "600"]))
+    v1.create_namespaced_pod("default", as_body(pod("sleeper", ["sleep", "600"])))
     wait_until(lambda: "Started" in reasons(v1, "sleeper"), timeout=30, what="Started")
     assert events(v1, "sleeper") == [
         ("Normal", "Scheduled", "Successfully assigned default/sleeper to node-1"),
@@ -68,7 +69,8 @@ def test_a_started_then_deleted_pod_reads_like_a_kubelet(cluster: TestCluster) -
 
 def test_a_crashing_container_backs_off(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    created = v1.create_namespaced_pod("default", pod("crasher", [PY, "-c", "raise SystemExit(3)"], "Always"))
+    crasher = pod("crasher", [PY, "-c", "raise SystemExit(3)"], "Always")
+    created = v1.create_namespaced_pod("default", as_body(crasher))
     wait_until(lambda: "BackOff" in reasons(v1, "crasher"), timeout=30, what="BackOff")
     backoff = next(e for e in v1.list_namespaced_event("default", field_selector="reason=BackOff").items)
     assert (backoff.type, backoff.message) == (
@@ -77,8 +79,8 @@ def test_a_crashing_container_backs_off(cluster: TestCluster) -> None:
     )
     wait_until(
         lambda: (
-            next(e for e in v1.list_namespaced_event("default", field_selector="reason=BackOff").items).count
-            >= 2
+            (next(e for e in v1.list_namespaced_event("default", field_selector="reason=BackOff").items).count
+             or 0) >= 2
         ),
         timeout=30,
         what="the BackOff event counted again",
@@ -94,8 +96,8 @@ def test_a_crashing_container_backs_off(cluster: TestCluster) -> None:
 def test_failing_probes_are_unhealthy_and_a_dead_container_is_killed(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
     probe = {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 1}
-    v1.create_namespaced_pod("default", pod("unready", ["sleep", "600"], readinessProbe=probe))
-    v1.create_namespaced_pod("default", pod("dead", ["sleep", "600"], "Always", livenessProbe=probe))
+    v1.create_namespaced_pod("default", as_body(pod("unready", ["sleep", "600"], readinessProbe=probe)))
+    v1.create_namespaced_pod("default", as_body(pod("dead", ["sleep", "600"], "Always", livenessProbe=probe)))
     wait_until(lambda: "Unhealthy" in reasons(v1, "unready"), timeout=30, what="Unhealthy")
     ip = v1.read_namespaced_pod("unready", "default").status.pod_ip
     assert (
@@ -111,9 +113,9 @@ def test_failing_probes_are_unhealthy_and_a_dead_container_is_killed(cluster: Te
 
 def test_a_container_that_cannot_be_created_fails_with_the_error(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("nocommand", None))  # a host image needs a command
+    v1.create_namespaced_pod("default", as_body(pod("nocommand", None)))  # a host image needs a command
     wait_until(lambda: "Failed" in reasons(v1, "nocommand"), timeout=30, what="Failed")
     failed = [(t, m) for t, r, m in events(v1, "nocommand") if r == "Failed"]
-    state = v1.read_namespaced_pod("nocommand", "default").status.container_statuses[0].state.waiting
+    state = present(v1.read_namespaced_pod("nocommand", "default").status.container_statuses)[0].state.waiting
     assert state.reason == "CreateContainerError"
     assert failed == [("Warning", f"Error: {state.message}")]

@@ -9,12 +9,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from apiclient import as_body, present
 from localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -55,7 +57,7 @@ def jsonpath(cluster: TestCluster, name: str, path: str) -> str:
 
 
 def finished(v1: client.CoreV1Api, name: str) -> str:
-    return str(wait_for(lambda: (phase := v1.read_namespaced_pod(name, "default").status.phase) in (
+    return str(wait_for(lambda: (phase := present(v1.read_namespaced_pod(name, "default").status).phase) in (
         "Succeeded", "Failed") and phase, timeout=60, message=f"pod {name} to finish"))
 
 
@@ -70,9 +72,9 @@ GREEDY = "b = bytearray({mib} << 20)\nb[::4096] = b'x' * len(b[::4096])\nprint('
 
 def test_a_container_over_its_memory_limit_ends_oom_killed(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    limits = {"resources": {"limits": {"memory": "64Mi"}, "requests": {"memory": "64Mi"}}}
-    v1.create_namespaced_pod("default", pod("greedy", [PY, "-c", GREEDY.format(mib=256)], **limits))
-    v1.create_namespaced_pod("default", pod("modest", [PY, "-c", GREEDY.format(mib=16)], **limits))
+    limits: dict[str, Any] = {"resources": {"limits": {"memory": "64Mi"}, "requests": {"memory": "64Mi"}}}
+    v1.create_namespaced_pod("default", as_body(pod("greedy", [PY, "-c", GREEDY.format(mib=256)], **limits)))
+    v1.create_namespaced_pod("default", as_body(pod("modest", [PY, "-c", GREEDY.format(mib=16)], **limits)))
     assert finished(v1, "greedy") == "Failed"
     terminated = json.loads(jsonpath(cluster, "greedy", "{.status.containerStatuses[0].state.terminated}"))
     assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)
@@ -88,8 +90,8 @@ BUSY = ("import time\nstart = time.monotonic()\nwhile time.monotonic() - start <
 
 def test_a_cpu_limit_is_a_quota_of_cpu_time(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("throttled", [PY, "-c", BUSY],
-                                            resources={"limits": {"cpu": "100m"}}))
+    v1.create_namespaced_pod("default", as_body(pod("throttled", [PY, "-c", BUSY],
+                                                    resources={"limits": {"cpu": "100m"}})))
     assert finished(v1, "throttled") == "Succeeded"
     share = float(v1.read_namespaced_pod_log("throttled", "default"))
     assert share < 0.2, share  # a busy loop held to a tenth of a CPU (unthrottled it takes a whole one)
@@ -101,10 +103,10 @@ SHM = "import os\ns = os.statvfs('/dev/shm')\nprint(s.f_blocks * s.f_frsize)"
 
 def test_dev_shm_is_64_mib_unless_the_pod_mounts_a_memory_volume_there(cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("default-shm", [PY, "-c", SHM]))
-    v1.create_namespaced_pod("default", pod(
+    v1.create_namespaced_pod("default", as_body(pod("default-shm", [PY, "-c", SHM])))
+    v1.create_namespaced_pod("default", as_body(pod(
         "big-shm", [PY, "-c", SHM], volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}],
-        volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}]))
+        volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}])))
     assert finished(v1, "default-shm") == finished(v1, "big-shm") == "Succeeded"
     assert int(v1.read_namespaced_pod_log("default-shm", "default")) == 64 << 20
     assert int(v1.read_namespaced_pod_log("big-shm", "default")) == 256 << 20
@@ -141,7 +143,7 @@ def test_a_pod_waits_for_its_claim_and_a_read_write_once_claim_for_its_node(clus
     v1 = client.CoreV1Api(cluster.api_client())
     data = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     mount = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
-    v1.create_namespaced_pod("default", pod("first", SLEEP, node="node-1", volumes=data, **mount))
+    v1.create_namespaced_pod("default", as_body(pod("first", SLEEP, node="node-1", volumes=data, **mount)))
     scheduled = '{.status.conditions[?(@.type=="PodScheduled")].message}'
     message = wait_for(lambda: jsonpath(cluster, "first", scheduled))
     assert message == ('0/2 nodes are available: persistentvolumeclaim "data" not found. '
@@ -150,7 +152,7 @@ def test_a_pod_waits_for_its_claim_and_a_read_write_once_claim_for_its_node(clus
     wait_for(lambda: v1.read_namespaced_pod("first", "default").status.phase == "Running")
 
     # a second node: the volume is attached to node-1 while a pod there uses it
-    v1.create_namespaced_pod("default", pod("second", SLEEP, node="node-2", volumes=data, **mount))
+    v1.create_namespaced_pod("default", as_body(pod("second", SLEEP, node="node-2", volumes=data, **mount)))
     uid = v1.read_namespaced_persistent_volume_claim("data", "default").metadata.uid
     expected = f'Multi-Attach error for volume "pvc-{uid}" Volume is already used by pod(s) first'
     waiting = wait_for(lambda: jsonpath(cluster, "second", "{.status.containerStatuses[0].state.waiting}"))
@@ -161,7 +163,7 @@ def test_a_pod_waits_for_its_claim_and_a_read_write_once_claim_for_its_node(clus
     assert [(e["type"], e["message"], e["source"]["component"]) for e in attach] == [
         ("Warning", expected, "attachdetach-controller")]
     # the same node shares it
-    v1.create_namespaced_pod("default", pod("third", SLEEP, node="node-1", volumes=data, **mount))
+    v1.create_namespaced_pod("default", as_body(pod("third", SLEEP, node="node-1", volumes=data, **mount)))
     wait_for(lambda: v1.read_namespaced_pod("third", "default").status.phase == "Running")
     v1.delete_namespaced_pod("first", "default", grace_period_seconds=0)
     time.sleep(2)
@@ -175,7 +177,12 @@ def test_a_read_write_many_claim_attaches_to_every_node(cluster: TestCluster) ->
     assert cluster.kubectl("apply", "-f", "-", input=claim("shared", "ReadWriteMany")).returncode == 0
     data = [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}]
     for node in ("node-1", "node-2"):
-        v1.create_namespaced_pod("default", pod(f"on-{node}", SLEEP, node=node, volumes=data,
-                                                volumeMounts=[{"name": "data", "mountPath": "/data"}]))
+        mount = [{"name": "data", "mountPath": "/data"}]
+        v1.create_namespaced_pod("default", as_body(pod(f"on-{node}", SLEEP, node=node, volumes=data,
+                                                        volumeMounts=mount)))
+
+    def running_on(node: str) -> bool:
+        return v1.read_namespaced_pod(f"on-{node}", "default").status.phase == "Running"
+
     for node in ("node-1", "node-2"):
-        wait_for(lambda node=node: v1.read_namespaced_pod(f"on-{node}", "default").status.phase == "Running")
+        wait_for(partial(running_on, node))

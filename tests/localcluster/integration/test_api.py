@@ -8,9 +8,10 @@ import threading
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client import ApiException
 
+from apiclient import api_status, as_body, present, raw, watch_events
 from localcluster.testing import wait_until
 
 TOLERATE_ALL = [{"operator": "Exists"}]
@@ -34,7 +35,7 @@ def pod(
 
 
 def status_of(error: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(error.body)
+    body: dict[str, Any] = api_status(error)
     return body
 
 
@@ -44,22 +45,26 @@ def v1(local_cluster: Any) -> client.CoreV1Api:
 
 
 def test_create_fills_server_fields_and_generate_name(v1: client.CoreV1Api) -> None:
-    first = v1.create_namespaced_pod("default", pod())
-    second = v1.create_namespaced_pod("default", pod())
+    first = v1.create_namespaced_pod("default", as_body(pod()))
+    second = v1.create_namespaced_pod("default", as_body(pod()))
     for created in (first, second):
-        assert created.metadata.name.startswith("gen-") and len(created.metadata.name) == len("gen-") + 5
+        name = present(created.metadata.name)
+        assert name.startswith("gen-") and len(name) == len("gen-") + 5
         assert created.metadata.uid and created.metadata.creation_timestamp
         assert created.spec.restart_policy == "Always" and created.spec.service_account_name == "default"
         assert created.status.phase == "Pending"
     assert first.metadata.name != second.metadata.name
-    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+    assert int(present(second.metadata.resource_version)) > int(present(first.metadata.resource_version))
 
 
 def test_label_and_field_selectors(v1: client.CoreV1Api, local_cluster: Any) -> None:
-    v1.create_namespaced_pod("default", pod("a", labels={"app": "x", "tier": "1"}))
-    v1.create_namespaced_pod("default", pod("b", labels={"app": "x", "tier": "2"}))
-    v1.create_namespaced_pod("default", pod("c", labels={"app": "y"}, nodeSelector={"none": "such"}))
-    names = lambda **kw: sorted(p.metadata.name for p in v1.list_namespaced_pod("default", **kw).items)  # noqa: E731
+    v1.create_namespaced_pod("default", as_body(pod("a", labels={"app": "x", "tier": "1"})))
+    v1.create_namespaced_pod("default", as_body(pod("b", labels={"app": "x", "tier": "2"})))
+    v1.create_namespaced_pod("default", as_body(pod("c", labels={"app": "y"}, nodeSelector={"none": "such"})))
+
+    def names(**kw: Any) -> list[str]:
+        return sorted(present(p.metadata.name) for p in v1.list_namespaced_pod("default", **kw).items)
+
     assert names(label_selector="app=x") == ["a", "b"]
     assert names(label_selector="app in (x,y),tier!=2") == ["a", "c"]
     assert names(label_selector="!tier") == ["c"]
@@ -76,7 +81,7 @@ def test_label_and_field_selectors(v1: client.CoreV1Api, local_cluster: Any) -> 
 
 def test_limit_and_continue_page_through_everything(v1: client.CoreV1Api) -> None:
     for i in range(7):
-        v1.create_namespaced_pod("default", pod(f"p{i}"))
+        v1.create_namespaced_pod("default", as_body(pod(f"p{i}")))
     seen, token, pages = [], None, 0
     while True:
         page = v1.list_namespaced_pod("default", limit=3, _continue=token)
@@ -91,7 +96,8 @@ def test_limit_and_continue_page_through_everything(v1: client.CoreV1Api) -> Non
 
 def test_limit_with_a_selector_pages_through_matches_without_a_remaining_count(v1: client.CoreV1Api) -> None:
     for i in range(7):
-        v1.create_namespaced_pod("default", pod(f"p{i}", labels={"parity": "odd" if i % 2 else "even"}))
+        parity = "odd" if i % 2 else "even"
+        v1.create_namespaced_pod("default", as_body(pod(f"p{i}", labels={"parity": parity})))
     seen, token = [], None
     while True:
         page = v1.list_namespaced_pod("default", label_selector="parity=even", limit=2, _continue=token)
@@ -105,12 +111,12 @@ def test_limit_with_a_selector_pages_through_matches_without_a_remaining_count(v
 
 
 def test_stale_update_conflicts_and_duplicate_create_already_exists(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}, "data": {"k": "1"}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "cfg"}, "data": {"k": "1"}}))
     fresh = v1.read_namespaced_config_map("cfg", "default")
     stale = v1.read_namespaced_config_map("cfg", "default")
-    fresh.data["k"] = "2"
+    present(fresh.data)["k"] = "2"
     v1.replace_namespaced_config_map("cfg", "default", fresh)
-    stale.data["k"] = "3"
+    present(stale.data)["k"] = "3"
     with pytest.raises(ApiException) as err:
         v1.replace_namespaced_config_map("cfg", "default", stale)
     body = status_of(err.value)
@@ -120,7 +126,7 @@ def test_stale_update_conflicts_and_duplicate_create_already_exists(v1: client.C
         "please apply your changes to the latest version and try again"
     )
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_config_map("default", {"metadata": {"name": "cfg"}})
+        v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "cfg"}}))
     body = status_of(err.value)
     assert err.value.status == 409 and body["reason"] == "AlreadyExists"
     assert body["message"] == 'configmaps "cfg" already exists'
@@ -129,13 +135,13 @@ def test_stale_update_conflicts_and_duplicate_create_already_exists(v1: client.C
 
 
 def test_watch_resumes_from_a_resource_version(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "w"}, "data": {"n": "0"}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "w"}, "data": {"n": "0"}}))
     rv = v1.list_namespaced_config_map("default").metadata.resource_version
     v1.patch_namespaced_config_map("w", "default", {"data": {"n": "1"}})
     v1.delete_namespaced_config_map("w", "default")
     events = [
         (e["type"], e["object"].metadata.name, (e["object"].data or {}).get("n"))
-        for e in watch.Watch().stream(
+        for e in watch_events(
             v1.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=1
         )
     ]
@@ -144,7 +150,7 @@ def test_watch_resumes_from_a_resource_version(v1: client.CoreV1Api) -> None:
 
 def test_watch_from_a_compacted_version_is_gone(v1: client.CoreV1Api, local_cluster: Any) -> None:
     old = v1.list_namespaced_config_map("default").metadata.resource_version
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "x"}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "x"}}))
     local_cluster.compact()
     response = local_cluster.request(
         "GET", f"/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old}&timeoutSeconds=2"
@@ -155,7 +161,7 @@ def test_watch_from_a_compacted_version_is_gone(v1: client.CoreV1Api, local_clus
     assert lines[0]["object"]["code"] == 410 and lines[0]["object"]["reason"] == "Expired"
     with pytest.raises(ApiException) as err:
         list(
-            watch.Watch().stream(
+            watch_events(
                 v1.list_namespaced_config_map, "default", resource_version=old, timeout_seconds=2
             )
         )
@@ -165,11 +171,11 @@ def test_watch_from_a_compacted_version_is_gone(v1: client.CoreV1Api, local_clus
 def test_bookmarks_and_selector_watch_sees_objects_leave(local_cluster_factory: Any) -> None:
     cluster = local_cluster_factory(bookmark_interval=0.2)
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "m", "labels": {"team": "a"}}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "m", "labels": {"team": "a"}}}))
     rv = v1.list_namespaced_config_map("default").metadata.resource_version
     v1.patch_namespaced_config_map("m", "default", {"metadata": {"labels": {"team": "b"}}})
     seen = []
-    for event in watch.Watch().stream(
+    for event in watch_events(
         v1.list_namespaced_config_map,
         "default",
         label_selector="team=a",
@@ -183,7 +189,7 @@ def test_bookmarks_and_selector_watch_sees_objects_leave(local_cluster_factory: 
 
 
 def test_patch_kinds(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("default", pod("pt", labels={"a": "1"}))
+    v1.create_namespaced_pod("default", as_body(pod("pt", labels={"a": "1"})))
     v1.patch_namespaced_pod(
         "pt",
         "default",
@@ -229,7 +235,7 @@ def test_patch_kinds(v1: client.CoreV1Api) -> None:
 
 def test_dry_run_create_stores_nothing(v1: client.CoreV1Api) -> None:
     answer = v1.create_namespaced_config_map(
-        "default", {"metadata": {"name": "dry"}, "data": {"a": "b"}}, dry_run="All"
+        "default", as_body({"metadata": {"name": "dry"}, "data": {"a": "b"}}), dry_run="All"
     )
     assert answer.data == {"a": "b"}
     with pytest.raises(ApiException) as err:
@@ -238,9 +244,9 @@ def test_dry_run_create_stores_nothing(v1: client.CoreV1Api) -> None:
 
 
 def test_delete_graceful_pod_then_gone_and_collection(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("default", pod("g1", labels={"set": "x"}))
-    v1.create_namespaced_pod("default", pod("g2", labels={"set": "x"}))
-    v1.create_namespaced_pod("default", pod("keep"))
+    v1.create_namespaced_pod("default", as_body(pod("g1", labels={"set": "x"})))
+    v1.create_namespaced_pod("default", as_body(pod("g2", labels={"set": "x"})))
+    v1.create_namespaced_pod("default", as_body(pod("keep")))
     wait_until(
         lambda: all(p.status.phase == "Running" for p in v1.list_namespaced_pod("default").items),
         what="pods running",
@@ -255,7 +261,7 @@ def test_delete_graceful_pod_then_gone_and_collection(v1: client.CoreV1Api) -> N
 
 
 def test_logs_tail_and_follow(v1: client.CoreV1Api, local_cluster: Any) -> None:
-    v1.create_namespaced_pod("default", pod("talker"))
+    v1.create_namespaced_pod("default", as_body(pod("talker")))
     wait_until(lambda: v1.read_namespaced_pod("talker", "default").status.phase == "Running", what="running")
     rt = local_cluster.runtime
     local_cluster.call(rt.append_log("default", "talker", "one\ntwo\nthree\n"))
@@ -264,7 +270,7 @@ def test_logs_tail_and_follow(v1: client.CoreV1Api, local_cluster: Any) -> None:
     chunks: list[bytes] = []
 
     def follow() -> None:
-        stream = v1.read_namespaced_pod_log("talker", "default", follow=True, _preload_content=False)
+        stream = raw(v1.read_namespaced_pod_log("talker", "default", follow=True, _preload_content=False))
         for chunk in stream.stream(64):
             chunks.append(chunk)
         stream.release_conn()
@@ -295,14 +301,15 @@ def test_status_errors_have_real_shapes(v1: client.CoreV1Api, local_cluster: Any
         "code": 404,
     }
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_pod("default", {"metadata": {"name": "Bad_Name"}, "spec": {"containers": []}})
+        bad = {"metadata": {"name": "Bad_Name"}, "spec": {"containers": []}}
+        v1.create_namespaced_pod("default", as_body(bad))
     body = status_of(err.value)
     assert err.value.status == 422 and body["reason"] == "Invalid"
     assert body["message"].startswith('Pod "Bad_Name" is invalid: [metadata.name: Invalid value: "Bad_Name"')
     fields = {c["field"] for c in body["details"]["causes"]}
     assert {"metadata.name", "spec.containers"} <= fields
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_pod("missing-ns", pod("x"))
+        v1.create_namespaced_pod("missing-ns", as_body(pod("x")))
     assert err.value.status == 404 and status_of(err.value)["message"] == 'namespaces "missing-ns" not found'
     unauthenticated = local_cluster.request("GET", "/api/v1/pods", token="wrong")
     assert unauthenticated.status == 401
@@ -320,17 +327,17 @@ def test_status_errors_have_real_shapes(v1: client.CoreV1Api, local_cluster: Any
 
 
 def test_namespace_deletion_removes_its_contents(v1: client.CoreV1Api) -> None:
-    v1.create_namespace({"metadata": {"name": "team"}})
+    v1.create_namespace(as_body({"metadata": {"name": "team"}}))
     wait_until(lambda: v1.list_namespaced_service_account("team").items, what="default service account")
-    v1.create_namespaced_pod("team", pod("p"))
-    v1.create_namespaced_secret("team", {"metadata": {"name": "s"}, "stringData": {"k": "v"}})
+    v1.create_namespaced_pod("team", as_body(pod("p")))
+    v1.create_namespaced_secret("team", as_body({"metadata": {"name": "s"}, "stringData": {"k": "v"}}))
     assert v1.read_namespaced_secret("s", "team").data == {"k": "dg=="}
-    answer = v1.delete_namespace("team", _preload_content=False)
+    answer = raw(v1.delete_namespace("team", _preload_content=False))
     body = json.loads(answer.data)
     answer.release_conn()
     assert body["status"]["phase"] == "Terminating"
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_config_map("team", {"metadata": {"name": "late"}})
+        v1.create_namespaced_config_map("team", as_body({"metadata": {"name": "late"}}))
     assert err.value.status in (403, 404)
     wait_until(
         lambda: "team" not in [n.metadata.name for n in v1.list_namespace().items], what="namespace gone"
@@ -339,11 +346,11 @@ def test_namespace_deletion_removes_its_contents(v1: client.CoreV1Api) -> None:
 
 
 def test_service_account_token_request(v1: client.CoreV1Api, local_cluster: Any) -> None:
-    v1.create_namespaced_service_account("default", {"metadata": {"name": "robot"}})
+    v1.create_namespaced_service_account("default", as_body({"metadata": {"name": "robot"}}))
     answer = v1.create_namespaced_service_account_token(
         "robot",
         "default",
-        {"spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}},
+        as_body({"spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}}),
     )
     token = answer.status.token
     assert token and answer.status.expiration_timestamp
@@ -360,26 +367,28 @@ def test_service_account_token_request(v1: client.CoreV1Api, local_cluster: Any)
 
 
 def test_binding_status_and_eviction_subresources(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("default", pod("manual", schedulerName="my-scheduler"))
+    v1.create_namespaced_pod("default", as_body(pod("manual", schedulerName="my-scheduler")))
     assert v1.read_namespaced_pod("manual", "default").spec.node_name is None  # not ours to schedule
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "manual"},
                "target": {"apiVersion": "v1", "kind": "Node", "name": "node-2"}}
     # the client cannot model the Status a binding answers with: read it raw (and give the connection back)
-    response = v1.create_namespaced_pod_binding("manual", "default", binding, _preload_content=False)
+    response = raw(v1.create_namespaced_pod_binding("manual", "default", as_body(binding),
+                                                    _preload_content=False))
     response.release_conn()
     assert response.status == 201
     wait_until(lambda: v1.read_namespaced_pod("manual", "default").status.phase == "Running",
                what="bound pod runs")
     assert v1.read_namespaced_pod("manual", "default").spec.node_name == "node-2"
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_pod_binding("manual", "default", binding, _preload_content=False)
+        v1.create_namespaced_pod_binding("manual", "default", as_body(binding), _preload_content=False)
     assert err.value.status == 409
     v1.patch_namespaced_pod_status("manual", "default", {"status": {"message": "patched through status"},
                                                          "metadata": {"labels": {"ignored": "yes"}}})
     after = v1.read_namespaced_pod("manual", "default")
     assert after.status.message == "patched through status" and not after.metadata.labels
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "manual"}}
-    response = v1.create_namespaced_pod_eviction("manual", "default", eviction, _preload_content=False)
+    response = raw(v1.create_namespaced_pod_eviction("manual", "default", as_body(eviction),
+                                                     _preload_content=False))
     response.release_conn()
     assert response.status == 201
     wait_until(lambda: not v1.list_namespaced_pod("default").items, what="evicted pod gone")

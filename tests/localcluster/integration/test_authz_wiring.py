@@ -3,16 +3,17 @@ prevention, rules reviews (`kubectl auth can-i --list`) and JSON-patch failure c
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
+from apiclient import api_status, as_body, present
 from localcluster import scheduler
 from localcluster.testing import wait_until
 
@@ -34,7 +35,7 @@ def error_body(call: Any, code: int) -> dict[str, Any]:
     with pytest.raises(ApiException) as err:
         call()
     assert err.value.status == code, err.value.body
-    body: dict[str, Any] = json.loads(err.value.body)
+    body: dict[str, Any] = api_status(err.value)
     return body
 
 
@@ -44,9 +45,9 @@ def test_one_pass_binds_many_waiting_pods_without_overcommitting(local_cluster: 
     for node, gpus in (("node-1", 5), ("node-2", 3), ("node-3", 2)):
         for i in range(gpus):
             held = gpu_pod(f"hold-{node}-{i}", node=node, labels={"hold": "yes"})
-            v1.create_namespaced_pod("default", held)
+            v1.create_namespaced_pod("default", as_body(held))
     for i in range(12):
-        v1.create_namespaced_pod("default", gpu_pod(f"wait-{i:02d}"))
+        v1.create_namespaced_pod("default", as_body(gpu_pod(f"wait-{i:02d}")))
     waiting = [f"wait-{i:02d}" for i in range(12)]
 
     def all_unschedulable() -> bool:
@@ -59,17 +60,17 @@ def test_one_pass_binds_many_waiting_pods_without_overcommitting(local_cluster: 
     v1.delete_collection_namespaced_pod("default", label_selector="hold=yes", grace_period_seconds=0)
 
     def settled() -> list[client.V1Pod] | None:
-        pods = [p for p in v1.list_namespaced_pod("default").items if p.metadata.name in waiting]
-        return pods if sum(1 for p in pods if p.spec.node_name) == 10 else None
+        pods = [p for p in v1.list_namespaced_pod("default").items if present(p.metadata.name) in waiting]
+        return pods if len([p for p in pods if p.spec.node_name]) == 10 else None
 
     pods = wait_until(settled, what="ten pods bound")
     assert Counter(p.spec.node_name for p in pods if p.spec.node_name) == {"node-1": 5, "node-2": 3,
                                                                          "node-3": 2}
     # oldest first: the two created last are the ones still waiting, with the real message
-    pending = sorted(p.metadata.name for p in pods if not p.spec.node_name)
+    pending = sorted(present(p.metadata.name) for p in pods if not p.spec.node_name)
     assert pending == ["wait-10", "wait-11"]
     for name in pending:
-        pod = wait_until(lambda n=name: _unschedulable_message(v1, n), what=f"{name} message")
+        pod = wait_until(partial(_unschedulable_message, v1, name), what=f"{name} message")
         assert pod.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
 
     # the per-node usage the scheduler keeps equals a fresh sum over every pod
@@ -82,6 +83,10 @@ def test_one_pass_binds_many_waiting_pods_without_overcommitting(local_cluster: 
 
     kept, fresh = local_cluster.call(compare())
     assert kept == fresh
+
+
+def _unowned(v1: client.CoreV1Api, name: str) -> bool:
+    return not v1.read_namespaced_config_map(name, "default").metadata.owner_references
 
 
 def _unschedulable_message(v1: client.CoreV1Api, name: str) -> str | None:
@@ -111,22 +116,23 @@ def _gone(v1: client.CoreV1Api, name: str) -> bool:
     try:
         v1.read_namespaced_config_map(name, "default")
     except ApiException as error:
-        return error.status == 404
+        return bool(error.status == 404)
     return False
 
 
 def test_foreground_owner_waits_for_its_blocking_dependent_whatever_triggers_the_gc(
         local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    owner = v1.create_namespaced_config_map("default", _cm("owner"))
-    other = v1.create_namespaced_config_map("default", _cm("other"))
-    v1.create_namespaced_config_map("default", _cm("held", [_ref(owner, block=True)], ["example.com/hold"]))
+    owner = v1.create_namespaced_config_map("default", as_body(_cm("owner")))
+    other = v1.create_namespaced_config_map("default", as_body(_cm("other")))
+    held = _cm("held", [_ref(owner, block=True)], ["example.com/hold"])
+    v1.create_namespaced_config_map("default", as_body(held))
     v1.delete_namespaced_config_map("owner", "default", propagation_policy="Foreground")
     wait_until(lambda: v1.read_namespaced_config_map("held", "default").metadata.deletion_timestamp,
                what="the blocking dependent being deleted")
     # a second dependent of the deleting owner, also owned by `other`; deleting `other` makes the collector
     # look at this dependent's neighbourhood, which holds the owner but not (by ownership) `held`
-    v1.create_namespaced_config_map("default", _cm("shared", [_ref(owner), _ref(other)]))
+    v1.create_namespaced_config_map("default", as_body(_cm("shared", [_ref(owner), _ref(other)])))
     v1.delete_namespaced_config_map("other", "default")
     wait_until(lambda: _gone(v1, "shared"), what="the shared dependent collected")
     still = v1.read_namespaced_config_map("owner", "default")
@@ -137,48 +143,47 @@ def test_foreground_owner_waits_for_its_blocking_dependent_whatever_triggers_the
 
 def test_orphaning_owner_orphans_every_dependent(local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    owner = v1.create_namespaced_config_map("default", _cm("owner"))
-    other = v1.create_namespaced_config_map("default", _cm("other"))
+    owner = v1.create_namespaced_config_map("default", as_body(_cm("owner")))
+    other = v1.create_namespaced_config_map("default", as_body(_cm("other")))
     for name in ("a", "b", "c"):
-        v1.create_namespaced_config_map("default", _cm(name, [_ref(owner)]))
-    v1.create_namespaced_config_map("default", _cm("shared", [_ref(owner), _ref(other)]))
+        v1.create_namespaced_config_map("default", as_body(_cm(name, [_ref(owner)])))
+    v1.create_namespaced_config_map("default", as_body(_cm("shared", [_ref(owner), _ref(other)])))
     # the collector may first look at `other`'s neighbourhood, where the orphaning owner has one dependent
     v1.delete_namespaced_config_map("other", "default")
     v1.delete_namespaced_config_map("owner", "default", propagation_policy="Orphan")
     wait_until(lambda: _gone(v1, "owner"), what="orphaning owner removed")
     # `shared` lost its dangling owner and was orphaned by the other: every dependent survives, unowned
     for name in ("a", "b", "c", "shared"):
-        wait_until(lambda n=name: not v1.read_namespaced_config_map(n, "default").metadata.owner_references,
-                   what=f"{name} orphaned")
+        wait_until(partial(_unowned, v1, name), what=f"{name} orphaned")
 
 
 def test_owner_of_a_kind_the_server_does_not_serve_is_left_alone(local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
     foreign = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": str(uuid.uuid4())}
     missing = {"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": str(uuid.uuid4())}
-    v1.create_namespaced_config_map("default", _cm("of-replicaset", [foreign]))
-    v1.create_namespaced_config_map("default", _cm("of-missing-configmap", [missing]))
+    v1.create_namespaced_config_map("default", as_body(_cm("of-replicaset", [foreign])))
+    v1.create_namespaced_config_map("default", as_body(_cm("of-missing-configmap", [missing])))
     # the collector deletes a dependent whose owner of a served kind does not exist...
     wait_until(lambda: _gone(v1, "of-missing-configmap"), what="dangling dependent collected")
     # ...but cannot look up a ReplicaSet here, so, like the real one, leaves that dependent alone
-    assert v1.read_namespaced_config_map("of-replicaset", "default").metadata.owner_references[0].kind == (
-        "ReplicaSet")
+    owners = present(v1.read_namespaced_config_map("of-replicaset", "default").metadata.owner_references)
+    assert owners[0].kind == "ReplicaSet"
 
 
 # ---- RBAC escalation prevention ----
 @pytest.fixture
 def bot(local_cluster: Any) -> tuple[client.RbacAuthorizationV1Api, client.RbacAuthorizationV1Api]:
     api = local_cluster.api_client()
-    client.CoreV1Api(api).create_namespaced_service_account("default", {"metadata": {"name": "bot"}})
+    client.CoreV1Api(api).create_namespaced_service_account("default", as_body({"metadata": {"name": "bot"}}))
     admin = client.RbacAuthorizationV1Api(api)
-    admin.create_namespaced_role("default", {"metadata": {"name": "rbac-writer"}, "rules": [
+    admin.create_namespaced_role("default", as_body({"metadata": {"name": "rbac-writer"}, "rules": [
         {"apiGroups": [RBAC], "resources": ["roles", "rolebindings"],
          "verbs": ["create", "get", "update", "patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]})
-    admin.create_namespaced_role_binding("default", {
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}))
+    admin.create_namespaced_role_binding("default", as_body({
         "metadata": {"name": "bot-writes-rbac"},
         "subjects": [{"kind": "ServiceAccount", "name": "bot", "namespace": "default"}],
-        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "rbac-writer"}})
+        "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "rbac-writer"}}))
     token = local_cluster.token_for("default", "bot")
     return admin, client.RbacAuthorizationV1Api(local_cluster.api_client(token=token))
 
@@ -261,7 +266,7 @@ def test_kubectl_auth_can_i_list_shows_the_rules_held(local_cluster: Any, bot: A
 # ---- JSON patch failures carry their cause ----
 def test_json_patch_failure_is_422_with_its_cause(local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_config_map("default", _cm("cfg"))
+    v1.create_namespaced_config_map("default", as_body(_cm("cfg")))
     body = error_body(lambda: v1.patch_namespaced_config_map(
         "cfg", "default", [{"op": "remove", "path": "/data/missing"}]), 422)
     assert body["reason"] == "Invalid"

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 import pytest
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client import ApiException
 
+from apiclient import as_body, present, watch_events
 from localcluster.runtime.sim import Behavior
+from localcluster.testing import TestCluster
+
+T = TypeVar("T")
 
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
@@ -25,7 +31,7 @@ def pod(name: str, *, gpus: int = 0, **spec: object) -> dict[str, object]:
     }
 
 
-def wait_for(check, timeout: float = 10.0):  # type: ignore[no-untyped-def]
+def wait_for(check: Callable[[], T | Literal[False] | None], timeout: float = 10.0) -> T:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -36,14 +42,16 @@ def wait_for(check, timeout: float = 10.0):  # type: ignore[no-untyped-def]
         time.sleep(0.05)
 
 
-def test_nodes_as_the_briefing_describes(local_cluster):  # type: ignore[no-untyped-def]
+def test_nodes_as_the_briefing_describes(local_cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    nodes = {n.metadata.name: n for n in v1.list_node().items}
+    nodes = {present(n.metadata.name): n for n in v1.list_node().items}
     assert sorted(nodes) == ["node-1", "node-2", "node-3"]
-    assert [nodes[f"node-{i}"].status.allocatable["nvidia.com/gpu"] for i in (1, 2, 3)] == ["5", "3", "2"]
+    assert [present(nodes[f"node-{i}"].status.allocatable)["nvidia.com/gpu"] for i in (1, 2, 3)] == [
+        "5", "3", "2"]
     node = nodes["node-1"]
-    assert node.metadata.labels["kubernetes.io/hostname"] == "node-1"
-    assert node.status.allocatable["cpu"] == "64" and node.status.allocatable["memory"] == "512Gi"
+    allocatable = present(node.status.allocatable)
+    assert present(node.metadata.labels)["kubernetes.io/hostname"] == "node-1"
+    assert allocatable["cpu"] == "64" and allocatable["memory"] == "512Gi"
     assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
         ("nvidia.com/gpu", "present", "NoSchedule")
     ]
@@ -51,9 +59,9 @@ def test_nodes_as_the_briefing_describes(local_cluster):  # type: ignore[no-unty
     assert ready.status == "True"
 
 
-def test_pod_runs_gets_ip_and_is_deleted(local_cluster):  # type: ignore[no-untyped-def]
+def test_pod_runs_gets_ip_and_is_deleted(local_cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    created = v1.create_namespaced_pod("default", pod("p1", gpus=2))
+    created = v1.create_namespaced_pod("default", as_body(pod("p1", gpus=2)))
     assert created.metadata.uid and created.metadata.creation_timestamp
     running = wait_for(lambda: (p := v1.read_namespaced_pod("p1", "default")).status.phase == "Running" and p)
     assert running.spec.node_name == "node-1"
@@ -66,12 +74,12 @@ def test_pod_runs_gets_ip_and_is_deleted(local_cluster):  # type: ignore[no-unty
     assert err.value.status == 404
 
 
-def test_watch_sees_changes_after_a_list(local_cluster):  # type: ignore[no-untyped-def]
+def test_watch_sees_changes_after_a_list(local_cluster: TestCluster) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
     rv = v1.list_namespaced_pod("default").metadata.resource_version
-    v1.create_namespaced_pod("default", pod("w1"))
-    seen = []
-    for event in watch.Watch().stream(
+    v1.create_namespaced_pod("default", as_body(pod("w1")))
+    seen: list[tuple[str, str, str]] = []
+    for event in watch_events(
         v1.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=5
     ):
         seen.append((event["type"], event["object"].metadata.name, event["object"].status.phase))
@@ -81,7 +89,7 @@ def test_watch_sees_changes_after_a_list(local_cluster):  # type: ignore[no-unty
     assert seen[-1] == ("MODIFIED", "w1", "Running")
 
 
-def test_logs_from_a_behavior(local_cluster_factory):  # type: ignore[no-untyped-def]
+def test_logs_from_a_behavior(local_cluster_factory: Callable[..., TestCluster]) -> None:
     cluster = local_cluster_factory(
         behaviors=[
             (
@@ -91,7 +99,7 @@ def test_logs_from_a_behavior(local_cluster_factory):  # type: ignore[no-untyped
         ]
     )
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("job-chief", restartPolicy="Never"))
+    v1.create_namespaced_pod("default", as_body(pod("job-chief", restartPolicy="Never")))
     done = wait_for(
         lambda: (p := v1.read_namespaced_pod("job-chief", "default")).status.phase == "Succeeded" and p
     )

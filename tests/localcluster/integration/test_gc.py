@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
+from apiclient import as_body, present
 from localcluster.testing import wait_until
 
 
@@ -28,14 +29,14 @@ def owned_by(owner: Any, name: str) -> dict[str, Any]:
 
 
 def names(v1: client.CoreV1Api) -> list[str]:
-    return sorted(c.metadata.name for c in v1.list_namespaced_config_map("default").items)
+    return sorted(present(c.metadata.name) for c in v1.list_namespaced_config_map("default").items)
 
 
 @pytest.fixture
 def family(v1: client.CoreV1Api) -> Any:
-    owner = v1.create_namespaced_config_map("default", {"metadata": {"name": "owner"}})
+    owner = v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "owner"}}))
     for child in ("child-1", "child-2"):
-        v1.create_namespaced_config_map("default", owned_by(owner, child))
+        v1.create_namespaced_config_map("default", as_body(owned_by(owner, child)))
     return owner
 
 
@@ -58,10 +59,10 @@ def test_orphan_keeps_dependents_without_the_reference(v1: client.CoreV1Api, fam
 
 
 def test_dependent_with_another_live_owner_survives(v1: client.CoreV1Api, family: Any) -> None:
-    second = v1.create_namespaced_config_map("default", {"metadata": {"name": "second"}})
+    second = v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "second"}}))
     shared = owned_by(family, "shared")
     shared["metadata"]["ownerReferences"].append(owned_by(second, "x")["metadata"]["ownerReferences"][0])
-    v1.create_namespaced_config_map("default", shared)
+    v1.create_namespaced_config_map("default", as_body(shared))
     v1.delete_namespaced_config_map("owner", "default")
     wait_until(lambda: "child-1" not in names(v1), what="sole dependents collected")
     refs = v1.read_namespaced_config_map("shared", "default").metadata.owner_references
@@ -69,14 +70,14 @@ def test_dependent_with_another_live_owner_survives(v1: client.CoreV1Api, family
 
 
 def test_pods_owned_by_a_deleted_configmap_go_too(v1: client.CoreV1Api) -> None:
-    owner = v1.create_namespaced_config_map("default", {"metadata": {"name": "job"}})
+    owner = v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "job"}}))
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "job", "uid": owner.metadata.uid}
     v1.create_namespaced_pod(
         "default",
-        {
+        as_body({
             "metadata": {"name": "worker", "ownerReferences": [ref]},
             "spec": {"containers": [{"name": "c", "image": "x:1"}], "tolerations": [{"operator": "Exists"}]},
-        },
+        }),
     )
     v1.delete_namespaced_config_map("job", "default")
 
@@ -84,7 +85,7 @@ def test_pods_owned_by_a_deleted_configmap_go_too(v1: client.CoreV1Api) -> None:
         try:
             v1.read_namespaced_pod("worker", "default")
         except ApiException as err:
-            return err.status == 404
+            return bool(err.status == 404)
         return False
 
     wait_until(gone, what="owned pod deleted")

@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
+from apiclient import as_body, present
 from localcluster.testing import TestCluster, wait_until
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -34,13 +35,14 @@ def unschedulable(v1: client.CoreV1Api, name: str) -> str:
 
 
 def bound(v1: client.CoreV1Api, name: str) -> str:
-    return wait_until(lambda: v1.read_namespaced_pod(name, "default").spec.node_name, what=f"{name} bound")
+    node = wait_until(lambda: v1.read_namespaced_pod(name, "default").spec.node_name, what=f"{name} bound")
+    return str(node)
 
 
 def test_cpu_and_memory_are_fitted_with_the_real_messages(local_cluster_factory: Any) -> None:
     cluster: TestCluster = local_cluster_factory(cpu_nodes=1)
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("cpu-hog", limits={"cpu": "65"}))
+    v1.create_namespaced_pod("default", as_body(pod("cpu-hog", limits={"cpu": "65"})))
     assert unschedulable(v1, "cpu-hog") == (
         "0/4 nodes are available: 1 Insufficient cpu, 3 node(s) had untolerated taint "
         "{nvidia.com/gpu: present}. "
@@ -48,7 +50,7 @@ def test_cpu_and_memory_are_fitted_with_the_real_messages(local_cluster_factory:
         + "1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling."
     )
     v1.create_namespaced_pod(
-        "default", pod("mem-hog", limits={"cpu": "1", "memory": "600Gi"}, tolerations=GPU_TOLERATION)
+        "default", as_body(pod("mem-hog", limits={"cpu": "1", "memory": "600Gi"}, tolerations=GPU_TOLERATION))
     )
     assert unschedulable(v1, "mem-hog") == (
         "0/4 nodes are available: 4 Insufficient memory. " + PREEMPT + "4 No preemption victims found for "
@@ -63,19 +65,19 @@ def test_cpu_memory_and_gpus_are_held_together_and_freed_together(local_cluster_
     v1 = client.CoreV1Api(cluster.api_client())
     v1.create_namespaced_pod(
         "default",
-        pod(
+        as_body(pod(
             "first",
             limits={"cpu": "60", "memory": "500Gi", "nvidia.com/gpu": "1"},
             tolerations=GPU_TOLERATION,
-        ),
+        )),
     )
     assert bound(v1, "first") == "node-1"
     # GPUs are left (3 of 4); cpu and memory are not
     v1.create_namespaced_pod(
         "default",
-        pod(
+        as_body(pod(
             "second", limits={"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "1"}, tolerations=GPU_TOLERATION
-        ),
+        )),
     )
     assert unschedulable(v1, "second") == (
         "0/1 nodes are available: 1 Insufficient cpu, 1 Insufficient memory. preemption: 0/1 nodes are "
@@ -91,7 +93,7 @@ def test_a_pin_by_hostname_label_fails_where_the_label_is_not_the_node_name(
     cluster: TestCluster = local_cluster_factory(cpu_nodes=1, hostname_label_suffix=".ec2.internal")
     v1 = client.CoreV1Api(cluster.api_client())
     node = v1.read_node("node-1")
-    assert node.metadata.labels["kubernetes.io/hostname"] == "node-1.ec2.internal"
+    assert present(node.metadata.labels)["kubernetes.io/hostname"] == "node-1.ec2.internal"
 
     def pinned(name: str, term: dict[str, Any]) -> dict[str, Any]:
         affinity = {
@@ -103,8 +105,8 @@ def test_a_pin_by_hostname_label_fails_where_the_label_is_not_the_node_name(
         "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}]
     }
     by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}
-    v1.create_namespaced_pod("default", pinned("by-label", by_label))
-    v1.create_namespaced_pod("default", pinned("by-name", by_name))
+    v1.create_namespaced_pod("default", as_body(pinned("by-label", by_label)))
+    v1.create_namespaced_pod("default", as_body(pinned("by-name", by_name)))
     assert bound(v1, "by-name") == "node-1"
     assert unschedulable(v1, "by-label") == (
         "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. "
@@ -118,5 +120,5 @@ def test_a_pin_by_hostname_label_fails_where_the_label_is_not_the_node_name(
             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1.ec2.internal"]}
         ]
     }
-    v1.create_namespaced_pod("default", pinned("by-real-label", by_real_label))
+    v1.create_namespaced_pod("default", as_body(pinned("by-real-label", by_real_label)))
     assert bound(v1, "by-real-label") == "node-1"

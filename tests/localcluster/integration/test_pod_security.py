@@ -5,13 +5,13 @@ option."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
+from apiclient import api_status, as_body
 from localcluster.testing import TestCluster
 
 LABEL = "pod-security.kubernetes.io/"
@@ -32,7 +32,7 @@ RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"dro
 
 
 def status_message(error: ApiException) -> str:
-    message: str = json.loads(error.body)["message"]
+    message: str = api_status(error)["message"]
     return message
 
 
@@ -147,7 +147,7 @@ def test_each_baseline_rule_refuses_on_its_own(
         "spec": {**spec, "containers": [{"name": "main", "image": "busybox:1.36", **fields}]},
     }
     with pytest.raises(ApiException) as refused:
-        v1.create_namespaced_pod("default", body)
+        v1.create_namespaced_pod("default", as_body(body))
     assert refused.value.status == 403
     assert status_message(refused.value).startswith(
         f'pods "p" is forbidden: violates PodSecurity "baseline:latest": {reason}'
@@ -174,7 +174,7 @@ def test_each_restricted_rule_refuses_on_its_own(
     v1.patch_namespace("default", {"metadata": {"labels": {LABEL + "enforce": "restricted"}}})
     pod_level = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}, **pod_sc}
     container_level = {**RESTRICTED_CONTAINER, **container_sc}
-    body = {
+    body: dict[str, Any] = {
         "metadata": {"name": "p"},
         "spec": {
             "securityContext": {k: v for k, v in pod_level.items() if v is not None},
@@ -188,14 +188,14 @@ def test_each_restricted_rule_refuses_on_its_own(
         },
     }
     with pytest.raises(ApiException) as refused:
-        v1.create_namespaced_pod("default", body)
+        v1.create_namespaced_pod("default", as_body(body))
     assert refused.value.status == 403
     assert status_message(refused.value).startswith(
         f'pods "p" is forbidden: violates PodSecurity "restricted:latest": {reason} ('
     )
     body["spec"]["securityContext"] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     body["spec"]["containers"][0]["securityContext"] = RESTRICTED_CONTAINER
-    assert v1.create_namespaced_pod("default", body).metadata.name == "p"
+    assert v1.create_namespaced_pod("default", as_body(body)).metadata.name == "p"
 
 
 def test_bad_labels_are_refused_and_raising_the_level_names_the_pods_already_there(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
+
+from apiclient import api_status, as_body
 
 RBAC = "rbac.authorization.k8s.io"
-POD = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
+POD: dict[str, Any] = {"metadata": {"name": "p"},
+                       "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]}}
 
 
 def role(kind: str, name: str, rules: list[dict[str, Any]], namespace: str | None = None) -> dict[str, Any]:
@@ -48,9 +50,9 @@ def sa(name: str, namespace: str = "default") -> dict[str, str]:
 def admin(local_cluster: Any) -> tuple[client.CoreV1Api, client.RbacAuthorizationV1Api]:
     api = local_cluster.api_client()
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": "other"}})
+    core.create_namespace(as_body({"metadata": {"name": "other"}}))
     for name in ("bot", "idle"):
-        core.create_namespaced_service_account("default", {"metadata": {"name": name}})
+        core.create_namespaced_service_account("default", as_body({"metadata": {"name": name}}))
     return core, client.RbacAuthorizationV1Api(api)
 
 
@@ -62,7 +64,7 @@ def forbidden(call: Any) -> dict[str, Any]:
     with pytest.raises(ApiException) as err:
         call()
     assert err.value.status == 403
-    body: dict[str, Any] = json.loads(err.value.body)
+    body: dict[str, Any] = api_status(err.value)
     return body
 
 
@@ -81,7 +83,7 @@ def test_role_grants_only_its_verbs_in_its_namespace(local_cluster: Any, admin: 
         "default", binding("RoleBinding", "b", "Role", "pod-maker", [sa("bot")], "default")
     )
     bot = as_bot(local_cluster)
-    bot.create_namespaced_pod("default", POD)
+    bot.create_namespaced_pod("default", as_body(POD))
     assert [p.metadata.name for p in bot.list_namespaced_pod("default").items] == ["p"]
     body = forbidden(lambda: bot.delete_namespaced_pod("p", "default"))
     assert body["message"] == (
@@ -89,7 +91,7 @@ def test_role_grants_only_its_verbs_in_its_namespace(local_cluster: Any, admin: 
         'resource "pods" in API group "" in the namespace "default"'
     )
     assert body["reason"] == "Forbidden" and body["details"] == {"name": "p", "kind": "pods"}
-    body = forbidden(lambda: bot.create_namespaced_pod("other", POD))
+    body = forbidden(lambda: bot.create_namespaced_pod("other", as_body(POD)))
     assert body["message"] == (
         'pods is forbidden: User "system:serviceaccount:default:bot" cannot create '
         'resource "pods" in API group "" in the namespace "other"'

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes import client
+from kubernetes.client import ApiException
 
+from apiclient import api_status, as_body, present, watch_events
 from localcluster.testing import wait_until
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -80,16 +81,16 @@ def test_invalid_gpu_request_names_the_rule(local_cluster: Any) -> None:
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod(
             "default",
-            {
+            as_body({
                 "metadata": {"name": "frac"},
                 "spec": {
                     "containers": [
                         {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "500m"}}}
                     ]
                 },
-            },
+            }),
         )
-    body = json.loads(err.value.body)
+    body = api_status(err.value)
     assert err.value.status == 422
     assert any(c["field"].startswith("spec.containers[0].resources") for c in body["details"]["causes"])
 
@@ -98,13 +99,14 @@ def test_many_clients_and_watches_at_once(local_cluster: Any) -> None:
     api = local_cluster.api_client()
     v1 = client.CoreV1Api(api)
     rv = v1.list_namespaced_config_map("default").metadata.resource_version
-    watchers, seen = 4, [set() for _ in range(4)]
+    watchers = 4
+    seen: list[set[str]] = [set() for _ in range(4)]
     started = threading.Barrier(watchers + 1)
 
     def watch_all(index: int) -> None:
         own = client.CoreV1Api(local_cluster.api_client())
         started.wait()
-        for event in watch.Watch().stream(
+        for event in watch_events(
             own.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=8
         ):
             seen[index].add(event["object"].metadata.name)
@@ -118,9 +120,9 @@ def test_many_clients_and_watches_at_once(local_cluster: Any) -> None:
 
     def create(i: int) -> str:
         own = client.CoreV1Api(local_cluster.api_client())
-        name: str = own.create_namespaced_config_map(
-            "default", {"metadata": {"name": f"cm-{i}"}}
-        ).metadata.name
+        name = str(present(own.create_namespaced_config_map(
+            "default", as_body({"metadata": {"name": f"cm-{i}"}})
+        ).metadata.name))
         own.read_namespaced_config_map(name, "default")
         return name
 
@@ -140,28 +142,28 @@ def test_injected_faults_answer_then_clear(local_cluster: Any) -> None:
     for _ in range(2):
         with pytest.raises(ApiException) as err:
             v1.list_namespaced_pod("default")
-        assert err.value.status == 500 and json.loads(err.value.body)["reason"] == "InternalError"
+        assert err.value.status == 500 and api_status(err.value)["reason"] == "InternalError"
     assert v1.list_namespaced_pod("default").items == []
     # with Retry-After, urllib3 under the official client waits and retries by itself, as with a real server
     fault = local_cluster.inject_fault(429, verb="list", resource="configmaps", count=1, retry_after=1)
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "after-429"}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "after-429"}}))
     assert [c.metadata.name for c in v1.list_namespaced_config_map("default").items] == ["after-429"]
     assert fault.hits == 1
     # a POST is not retried by the client: the caller sees the 429 and its Retry-After
     local_cluster.inject_fault(429, verb="create", resource="configmaps", count=1, retry_after=2)
     with pytest.raises(ApiException) as err:
-        v1.create_namespaced_config_map("default", {"metadata": {"name": "refused"}})
-    assert err.value.status == 429 and err.value.headers["Retry-After"] == "2"
+        v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "refused"}}))
+    assert err.value.status == 429 and present(err.value.headers)["Retry-After"] == "2"
 
 
 def test_cut_watches_and_restart_keep_the_store(local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
+    v1.create_namespaced_config_map("default", as_body({"metadata": {"name": "kept"}}))
     ended = threading.Event()
 
     def watch_until_cut() -> None:
         own = client.CoreV1Api(local_cluster.api_client())
-        for _ in watch.Watch().stream(own.list_namespaced_config_map, "default", timeout_seconds=30):
+        for _ in watch_events(own.list_namespaced_config_map, "default", timeout_seconds=30):
             pass
         ended.set()
 

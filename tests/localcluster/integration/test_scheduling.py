@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from apiclient import as_body
 from localcluster.testing import wait_until
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -40,12 +41,12 @@ def v1(local_cluster: Any) -> client.CoreV1Api:
 
 
 def test_binds_on_requests_and_reports_unschedulable_then_binds_when_room_frees(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("default", gpu_pod("big", 5))
-    v1.create_namespaced_pod("default", gpu_pod("mid", 3))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("big", 5)))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("mid", 3)))
     wait_until(lambda: v1.read_namespaced_pod("mid", "default").status.phase == "Running", what="mid running")
     assert v1.read_namespaced_pod("big", "default").spec.node_name == "node-1"
     assert v1.read_namespaced_pod("mid", "default").spec.node_name == "node-2"
-    v1.create_namespaced_pod("default", gpu_pod("waiting", 4))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("waiting", 4)))
     cond = wait_until(lambda: condition(v1, "waiting"), what="PodScheduled condition")
     assert (cond.status, cond.reason) == ("False", "Unschedulable")
     assert cond.message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
@@ -63,7 +64,8 @@ def test_taints_selectors_and_hostname_affinity(local_cluster_factory: Any) -> N
     cluster = local_cluster_factory(nodes=[2, 0])
     v1 = client.CoreV1Api(cluster.api_client())
     v1.create_namespaced_pod(
-        "default", {"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
+        "default",
+        as_body({"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}),
     )
     wait_until(
         lambda: v1.read_namespaced_pod("plain", "default").spec.node_name == "node-2",
@@ -84,10 +86,10 @@ def test_taints_selectors_and_hostname_affinity(local_cluster_factory: Any) -> N
     }
     v1.create_namespaced_pod(
         "default",
-        {
+        as_body({
             "metadata": {"name": "pinned"},
             "spec": {"affinity": affinity, "containers": [{"name": "c", "image": "x:1"}]},
-        },
+        }),
     )
     cond = wait_until(lambda: condition(v1, "pinned"), what="pinned unschedulable")
     assert cond.message.startswith(
@@ -97,8 +99,8 @@ def test_taints_selectors_and_hostname_affinity(local_cluster_factory: Any) -> N
 
 
 def test_pod_created_on_a_full_node_fails_admission(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("default", gpu_pod("first", 2, nodeName="node-3"))
-    v1.create_namespaced_pod("default", gpu_pod("second", 1, nodeName="node-3"))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("first", 2, nodeName="node-3")))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("second", 1, nodeName="node-3")))
     failed = wait_until(
         lambda: (p := v1.read_namespaced_pod("second", "default")).status.phase == "Failed" and p,
         what="second rejected",
@@ -112,7 +114,7 @@ def test_pod_created_on_a_full_node_fails_admission(v1: client.CoreV1Api) -> Non
 
 
 def test_failed_node_fails_its_pods_and_is_not_ready(v1: client.CoreV1Api, local_cluster: Any) -> None:
-    v1.create_namespaced_pod("default", gpu_pod("victim", 1, nodeName="node-2"))
+    v1.create_namespaced_pod("default", as_body(gpu_pod("victim", 1, nodeName="node-2")))
     wait_until(lambda: v1.read_namespaced_pod("victim", "default").status.phase == "Running", what="running")
     local_cluster.call(local_cluster.runtime.fail_node("node-2"))
     pod = v1.read_namespaced_pod("victim", "default")
@@ -120,7 +122,7 @@ def test_failed_node_fails_its_pods_and_is_not_ready(v1: client.CoreV1Api, local
     ready = next(c for c in v1.read_node("node-2").status.conditions if c.type == "Ready")
     assert ready.status != "True"
     v1.create_namespaced_pod(
-        "default", gpu_pod("after", 1, nodeSelector={"kubernetes.io/hostname": "node-2"})
+        "default", as_body(gpu_pod("after", 1, nodeSelector={"kubernetes.io/hostname": "node-2"}))
     )
     cond = wait_until(lambda: condition(v1, "after"), what="after unschedulable")
     assert cond.status == "False"

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from apiclient import as_body, present
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import wait_until
 
@@ -43,11 +44,11 @@ def test_exit_follows_restart_policy(
     local_cluster: Any, restart: str, code: int, phase: str, restarts: int
 ) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_pod("default", pod("p", restart))
+    v1.create_namespaced_pod("default", as_body(pod("p", restart)))
     running(v1, "p")
     local_cluster.call(local_cluster.runtime.exit_container("default", "p", code))
     after = v1.read_namespaced_pod("p", "default")
-    status = after.status.container_statuses[0]
+    status = present(after.status.container_statuses)[0]
     assert after.status.phase == phase and status.restart_count == restarts
     if phase == "Running":
         assert status.last_state.terminated.exit_code == code and status.state.running is not None
@@ -58,7 +59,7 @@ def test_exit_follows_restart_policy(
 
 def test_pod_fails_when_one_of_two_containers_fails(local_cluster: Any) -> None:
     v1 = client.CoreV1Api(local_cluster.api_client())
-    v1.create_namespaced_pod("default", pod("two", "Never", containers=2))
+    v1.create_namespaced_pod("default", as_body(pod("two", "Never", containers=2)))
     running(v1, "two")
     local_cluster.call(local_cluster.runtime.exit_container("default", "two", 0, container="c0"))
     assert v1.read_namespaced_pod("two", "default").status.phase == "Running"
@@ -71,22 +72,24 @@ def test_readiness_hook_and_not_ready_behavior(local_cluster_factory: Any) -> No
         behaviors=[(lambda p: p["metadata"]["name"].startswith("slow"), Behavior(ready=False))]
     )
     v1 = client.CoreV1Api(cluster.api_client())
-    v1.create_namespaced_pod("default", pod("slow-1", "Always"))
-    ready = lambda: {c.type: c.status for c in v1.read_namespaced_pod("slow-1", "default").status.conditions}[  # noqa: E731
-        "Ready"
-    ]
+    v1.create_namespaced_pod("default", as_body(pod("slow-1", "Always")))
+
+    def ready() -> str:
+        conditions = present(v1.read_namespaced_pod("slow-1", "default").status.conditions)
+        return str({c.type: c.status for c in conditions}["Ready"])
+
     running(v1, "slow-1")
     assert ready() == "False"
     cluster.call(cluster.runtime.set_ready("default", "slow-1", True))
     assert ready() == "True"
-    assert v1.read_namespaced_pod("slow-1", "default").status.container_statuses[0].ready
+    assert present(v1.read_namespaced_pod("slow-1", "default").status.container_statuses)[0].ready
 
 
 def test_pod_ips_are_distinct_per_node_subnet(local_cluster_factory: Any) -> None:
     cluster = local_cluster_factory(nodes=[0, 0], gpu_taint=False)
     v1 = client.CoreV1Api(cluster.api_client())
     for i in range(6):
-        v1.create_namespaced_pod("default", pod(f"p{i}", "Always"))
+        v1.create_namespaced_pod("default", as_body(pod(f"p{i}", "Always")))
     pods = [running(v1, f"p{i}") for i in range(6)]
     ips = [p.status.pod_ip for p in pods]
     assert len(set(ips)) == 6

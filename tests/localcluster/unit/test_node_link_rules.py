@@ -23,7 +23,8 @@ from localcluster.runtime.nodelink import NodeLink, parse_node_link, shaping_bat
 ])
 def test_a_node_link_reads_like_tc(text: str, rate: int, delay: float, shown: str) -> None:
     link = parse_node_link(text)
-    assert (link.rate_bits, link.delay_s, str(link)) == (rate, pytest.approx(delay), shown)
+    assert (link.rate_bits, str(link)) == (rate, shown)
+    assert link.delay_s == pytest.approx(delay)
 
 
 @pytest.mark.parametrize(("text", "says"), [

@@ -218,7 +218,7 @@ def test_a_pod_that_follows_restricted_passes_every_level() -> None:
 
 
 def test_the_job_pods_today_pass_baseline_and_fail_restricted_for_root_and_capabilities() -> None:
-    worker = {
+    worker: dict[str, Any] = {
         "metadata": {"name": "w"},
         "spec": {
             "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},

@@ -419,7 +419,7 @@ def test_condition_and_event_shapes() -> None:
 def test_precomputed_usage_gives_the_same_answers() -> None:
     nodes = [node("node-1", 4), node("node-2", 4)]
     usage = usage_by_node([])
-    placed = []
+    placed: list[dict[str, Any]] = []
     for i in range(5):
         p = pod(f"p{i}", 2)
         result = schedule(p, nodes, usage=usage)

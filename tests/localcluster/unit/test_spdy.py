@@ -107,8 +107,12 @@ async def test_a_connection_replies_to_streams_carries_data_and_echoes_pings() -
 async def test_streams_end_when_the_client_goes_away() -> None:
     client = Client()
     streams: list[SpdyStream] = []
-    connection = SpdyConnection(reader=client.to_server, write=client.write,
-                                on_stream=lambda s: streams.append(s) is None)
+
+    def accept(stream: SpdyStream) -> bool:
+        streams.append(stream)
+        return True
+
+    connection = SpdyConnection(reader=client.to_server, write=client.write, on_stream=accept)
     serving = asyncio.ensure_future(connection.serve())
     client.send(f.syn_stream(client.codec, 1, {"streamtype": ["data"]}))
     await asyncio.sleep(0.02)
