@@ -2,10 +2,11 @@
 worker leaves the hostfile at once, its GPUs are planned again over what is free now (a NotReady node
 excluded), the replacement joins the hostfile once Ready; below the minimum for too long, or out of restarts,
 the job fails as a plain one does, leaving nothing. What Horovod and Train.py make of it is the e2e tests'
-(tests/e2e/test_elastic_training.py)."""
+(tests/reliability/test_recovery.py)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -83,6 +84,10 @@ def chief_ends(cluster: TestCluster, code: int = 0) -> None:
     cluster.call(cluster.runtime.exit_container("default", "train-chief", code))  # type: ignore[attr-defined]
 
 
+def _says(recorder: Recorder, words: str) -> bool:
+    return words in recorder.text
+
+
 def start(cluster: TestCluster, **fields: object) -> tuple[Running, Recorder]:
     orch, recorder = orchestrator(cluster, spec(**fields))
     running = Running(cluster, orch)
@@ -144,7 +149,7 @@ def test_below_the_minimum_past_the_replace_timeout_fails_and_leaves_nothing(
     cluster = local_cluster_factory(nodes=[5, 1], behaviors=[chief_behavior(exit_code=None)])
     running, recorder = start(cluster, min_gpus="3", replace_timeout="2s")
     lost_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node("node-1"))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node("node-1"))
     assert running.join() == 70, recorder.text
     waited = time.monotonic() - lost_at
     assert 2.0 <= waited < 20, waited
@@ -187,12 +192,12 @@ def test_a_restart_job_counts_its_restarts_and_says_from_which_epoch_each_resume
     for lost, epoch in (("train-worker-0", 3), ("train-worker-1", 7)):
         cluster.call(cluster.runtime.exit_container("default", lost, 137))  # type: ignore[attr-defined]
         following = f"train-worker-{int(lost[-1]) + 1}"
-        wait_until(lambda name=following: ready(cluster, name), timeout=30, what="the replacement")
+        wait_until(functools.partial(ready, cluster, following), timeout=30, what="the replacement")
         wait_until(lambda: "every lost worker replaced" in recorder.text.rsplit("lost:", 1)[-1], timeout=10,
                    what="the hostfile complete")
         cluster.call(cluster.runtime.append_log(  # type: ignore[attr-defined]
             "default", "train-chief", f"resumed_from_epoch={epoch}\n"))
-        wait_until(lambda e=epoch: f"the training resumed from epoch {e}" in recorder.text, timeout=10,
+        wait_until(functools.partial(_says, recorder, f"the training resumed from epoch {epoch}"), timeout=10,
                    what="the resumed epoch")
     chief_ends(cluster)
     assert running.join() == 0, recorder.text

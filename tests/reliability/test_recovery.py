@@ -111,7 +111,7 @@ def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_fa
 
     # 2. that replacement's node fails: NotReady, its pods lost; the next replacement goes to the spare
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node("node-1"))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node("node-1"))
     node_loss = _lose_and_regrow(manager, fault_at, "train-worker-1")
     assert pods_of(kube, "train")["train-worker-2"]["spec"]["nodeName"] == "node-4"
 
@@ -199,7 +199,7 @@ def test_elastic_below_its_minimum_fails_clearly_and_leaves_nothing(local_cluste
     wait_until(lambda: running_job(kube, "train", workers=1) and "supervising" in manager.recorder.text,
                timeout=30, message="the job to be training")
     fault_at = time.monotonic()
-    cluster.call(cluster.runtime.fail_node("node-1"))  # type: ignore[attr-defined]
+    cluster.call(cluster.runtime.fail_node("node-1"))
     code = manager.join()
     assert code == 70, manager.recorder.text
     assert "1 GPU(s) train but the job needs 3 (--min-gpus) and no room freed within --replace-timeout 3s" \

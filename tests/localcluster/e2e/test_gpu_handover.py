@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from apiclient import as_body
 from localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
@@ -35,9 +36,9 @@ def _pod(name: str, script: str) -> dict[str, Any]:
 
 def _phase(api: client.CoreV1Api, name: str) -> tuple[str, str]:
     pod = api.read_namespaced_pod(name, "default")
-    waiting = [s.state.waiting.message or s.state.waiting.reason
+    waiting = [str(s.state.waiting.message or s.state.waiting.reason)
                for s in pod.status.container_statuses or [] if s.state and s.state.waiting]
-    return pod.status.phase, "; ".join(waiting)
+    return str(pod.status.phase), "; ".join(waiting)
 
 
 def test_a_pod_deleted_without_grace_hands_its_gpus_to_the_next(
@@ -46,13 +47,13 @@ def test_a_pod_deleted_without_grace_hands_its_gpus_to_the_next(
     api = client.CoreV1Api(cluster.api_client())
     for round_ in range(3):  # the race is short: try it a few times
         old, new = f"old-{round_}", f"new-{round_}"
-        api.create_namespaced_pod("default", _pod(old, STUBBORN))
+        api.create_namespaced_pod("default", as_body(_pod(old, STUBBORN)))
         deadline = time.monotonic() + 60
         while _phase(api, old)[0] != "Running":
             assert time.monotonic() < deadline, _phase(api, old)
             time.sleep(0.1)
         api.delete_namespaced_pod(old, "default", grace_period_seconds=0)
-        api.create_namespaced_pod("default", _pod(new, SHOW))
+        api.create_namespaced_pod("default", as_body(_pod(new, SHOW)))
         deadline = time.monotonic() + 30
         while (state := _phase(api, new))[0] != "Running":
             assert time.monotonic() < deadline, f"{new} never ran: {state}"
