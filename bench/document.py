@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import model, recovery, report, throughput_report
+from bench import model, recovery_report, report, throughput_report
 from bench.docblocks import provenance
 from bench.experiment import COMPARED
 from bench.goals import checks_table, goals, placement_checks, speed_checks
@@ -147,7 +147,8 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
     parts += [f"## {throughput_report.TITLE}\n",
               throughput_report.section(speed.get(THROUGHPUT), provenance(runs.get(THROUGHPUT)),
                                         images_by_name.get("throughput_slowdown.png"))]
-    parts += [f"## {recovery.TITLE}\n", recovery.section(speed.get(RECOVERY), provenance(runs.get(RECOVERY)))]
+    parts += [f"## {recovery_report.TITLE}\n",
+              recovery_report.section(speed.get(RECOVERY), provenance(runs.get(RECOVERY)))]
     others = {name: result for name, result in speed.items() if name not in (THROUGHPUT, RECOVERY)}
     parts += ["## Speed and overhead\n", report.speed_section(others, runs) if others else "Not run.\n"]
     parts += [
