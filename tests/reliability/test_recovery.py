@@ -99,8 +99,8 @@ def _lose_and_regrow(manager: ManagerThread, fault_at: float, lost: str) -> dict
 def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_factory: Factory,
                                                                 row: Callable[..., Any]) -> None:
     cluster = _process_cluster(local_cluster_factory, [5, 3, 2, 5])
-    # the chief's rank alone trains ~10 epochs a second here (6 ranks sharing 2 cores, ~1.5), and Horovod takes
-    # 15-40 s to grow back: enough epochs that the training outlasts both losses and still ends at 6 ranks
+    # the chief's rank alone trains ~10 epochs a second here (6 ranks sharing 2 cores, ~1.5), and Horovod
+    # takes 15-40 s to grow back: enough epochs that the training outlasts both losses and ends at 6 ranks
     manager, before = _start(cluster, epochs=250, min_gpus="1")
     kube = kube_of(cluster)
 
