@@ -17,6 +17,15 @@ Output contract (tests and `make demo` read these lines):
               (E epochs done of N, S steps done; every field optional; any script may print this line:
               docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
+  rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start)
+  rank 0, with --elastic: `elastic size=S from_epoch=E` each time Horovod (re)forms with S processes
+
+Two forms of the same training. The default: `model.fit` once, over a fixed set of processes. The elastic form
+(--elastic, or DT_ELASTIC=1, which the chief's launcher sets for a job run with --min-gpus): Horovod elastic
+runs the training in `hvd.elastic.run` with the model and the epoch as its state, committed after every
+epoch; when a worker is lost, the other processes go back to the last commit and go on, and when one joins
+they re-form; each time, the data is re-sharded and the learning rate scaled to the new number of processes.
+Checkpoints (--checkpoint-dir, rank 0, every epoch) let a relaunched training go on with --resume.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import sys
 import time
 
@@ -49,9 +59,17 @@ def parse_args() -> argparse.Namespace:
                         help="checkpoints and TensorBoard logs, written by rank 0 only "
                              "(default: $DT_MOUNT_PATH/output when a shared volume is mounted, else none)")
     parser.add_argument("--validation-split", type=float, default=0.2)
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("DT_CHECKPOINT_DIR"),
+                        help="where rank 0 writes checkpoint-NNN.keras after every epoch (default: the "
+                             "output directory)")
+    parser.add_argument("--resume", action="store_true", default=os.environ.get("DT_RESUME") == "1",
+                        help="start from the newest checkpoint in the checkpoint directory, if any")
+    parser.add_argument("--elastic", action="store_true", default=os.environ.get("DT_ELASTIC") == "1",
+                        help="the elastic form: for horovodrun --min-np (the launcher sets DT_ELASTIC=1)")
     args = parser.parse_args()
     if args.output_dir is None and os.environ.get("DT_MOUNT_PATH"):
         args.output_dir = os.path.join(os.environ["DT_MOUNT_PATH"], "output")
+    args.checkpoint_dir = args.checkpoint_dir or args.output_dir
     return args
 
 
@@ -116,6 +134,35 @@ def distributed_optimizer(lr: float, size: int) -> tf.keras.optimizers.Optimizer
     return hvd.DistributedOptimizer(optimizer)
 
 
+def latest_checkpoint(directory: str | None) -> tuple[str, int] | None:
+    """The newest `checkpoint-NNN.keras` in `directory` and its epoch, None when there is none."""
+    found = []
+    for name in os.listdir(directory) if directory and os.path.isdir(directory) else ():
+        match = re.fullmatch(r"checkpoint-(\d+)\.keras", name)
+        if match:
+            found.append((int(match[1]), os.path.join(directory, name)))
+    if not found:
+        return None
+    epoch, path = max(found)
+    return path, epoch
+
+
+def resume(model: tf.keras.Model, directory: str | None, rank: int) -> int:
+    """Rank 0 loads the newest checkpoint (weights and optimizer state); every rank learns its epoch."""
+    # the optimizer's variables made now, on every rank alike: Keras loads no optimizer state into an
+    # optimizer without them, and ranks whose training steps were traced differently would not match their
+    # allreduces (they hang)
+    model.optimizer.build(model.trainable_variables)
+    epoch = 0
+    if rank == 0:
+        found = latest_checkpoint(directory)
+        if found is not None:
+            model.load_weights(found[0])
+            epoch = found[1]
+        print(f"resumed_from_epoch={epoch}", flush=True)
+    return int(hvd.broadcast(np.int64(epoch), root_rank=0, name="resumed_epoch"))
+
+
 def weights_sha256(model: tf.keras.Model) -> str:
     digest = hashlib.sha256()
     for w in model.get_weights():
@@ -131,16 +178,27 @@ class EpochLog(tf.keras.callbacks.Callback):
         print(f"epoch={epoch + 1} {fields}", flush=True)
 
 
-class FirstStepLog(tf.keras.callbacks.Callback):
-    """When the first training step ended, once, as Unix time: start-up phases are timed against it."""
+class CommitEachEpoch(tf.keras.callbacks.Callback):
+    """Elastic: the epoch's end is the state's commit point (a lost worker costs at most one epoch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: hvd.elastic.KerasState) -> None:
         super().__init__()
-        self.done = False
+        self.state = state
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        self.state.epoch = epoch + 1
+        self.state.commit()
+
+
+class FirstStepLog(tf.keras.callbacks.Callback):
+    """When the first training step ended, once per process (an elastic one trains again after each reset),
+    as Unix time: start-up phases are timed against it."""
+
+    done = False
 
     def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
-        if not self.done:
-            self.done = True
+        if not FirstStepLog.done:
+            FirstStepLog.done = True
             print(f"first_step_unix={time.time():.3f}", flush=True)
 
 
@@ -171,6 +229,53 @@ class ProgressLog(tf.keras.callbacks.Callback):
               f"steps_per_s={rate:.1f}", flush=True)
 
 
+def callbacks_of(rank: int, args: argparse.Namespace) -> list[tf.keras.callbacks.Callback]:
+    """Every rank's callbacks, then rank 0's: its log lines, and (only rank 0 writes, so ranks never race on
+    the shared volume) checkpoints and TensorBoard."""
+    callbacks: list[tf.keras.callbacks.Callback] = [
+        hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
+    ]
+    if rank == 0:
+        callbacks += [EpochLog(), FirstStepLog(), ProgressLog(args.epochs)]
+        if args.checkpoint_dir:
+            os.makedirs(args.checkpoint_dir, exist_ok=True)
+            callbacks.append(tf.keras.callbacks.ModelCheckpoint(
+                os.path.join(args.checkpoint_dir, "checkpoint-{epoch:03d}.keras")))
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            callbacks.append(tf.keras.callbacks.TensorBoard(log_dir=os.path.join(args.output_dir,
+                                                                                 "tensorboard")))
+    return callbacks
+
+
+def train_elastic(model: tf.keras.Model, args: argparse.Namespace, x_train: np.ndarray, y_train: np.ndarray,
+                  validation: tuple[np.ndarray, np.ndarray]) -> None:
+    """The elastic form: the model, its optimizer and the epoch are Horovod's state, committed every epoch.
+    After a lost worker the others restore the last commit and go on; when one joins, rank 0's state is
+    broadcast to it. Each (re)start re-shards the data and scales the learning rate to the current size."""
+    # a process that joins later must hold the same optimizer variables as the others when the state is
+    # broadcast to it: create them all now rather than at the first step
+    model.optimizer.build(model.trainable_variables)
+    state = hvd.elastic.KerasState(model, epoch=0)
+
+    def scale_learning_rate() -> None:
+        tf.keras.backend.set_value(state.model.optimizer.learning_rate, args.lr * hvd.size())
+
+    state.register_reset_callbacks([scale_learning_rate])
+
+    @hvd.elastic.run
+    def train(state: hvd.elastic.KerasState) -> None:
+        rank, size = hvd.rank(), hvd.size()
+        x_mine, y_mine = shard(x_train, y_train, rank, size)
+        if rank == 0:
+            print(f"elastic size={size} from_epoch={state.epoch}", flush=True)
+        state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
+                        initial_epoch=state.epoch, validation_data=validation, verbose=0,
+                        callbacks=[*callbacks_of(rank, args), CommitEachEpoch(state)])
+
+    train(state)
+
+
 def main() -> int:
     args = parse_args()
     hvd.init()
@@ -197,24 +302,17 @@ def main() -> int:
     model.compile(loss=LOSS, optimizer=distributed_optimizer(args.lr, size), metrics=METRICS,
                   jit_compile=False)  # as for the optimizer: no XLA, which needs cuda-nvcc on a GPU
 
-    callbacks: list[tf.keras.callbacks.Callback] = [
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # every rank starts from rank 0's weights
-        hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
-    ]
-    if rank == 0:
-        callbacks += [EpochLog(), FirstStepLog(), ProgressLog(args.epochs)]
-        if args.output_dir:  # only rank 0 writes, so ranks never race on the shared volume
-            os.makedirs(args.output_dir, exist_ok=True)
-            callbacks += [
-                tf.keras.callbacks.ModelCheckpoint(
-                    os.path.join(args.output_dir, "checkpoint-{epoch:03d}.keras")),
-                tf.keras.callbacks.TensorBoard(log_dir=os.path.join(args.output_dir, "tensorboard")),
-            ]
-
-    model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs, callbacks=callbacks,
-              validation_data=(x_val, y_val), verbose=0)
+    if args.elastic:
+        train_elastic(model, args, x_train, y_train, (x_val, y_val))
+    else:
+        initial_epoch = resume(model, args.checkpoint_dir, rank) if args.resume else 0
+        model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs, initial_epoch=initial_epoch,
+                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's weights everywhere
+                             *callbacks_of(rank, args)],
+                  validation_data=(x_val, y_val), verbose=0)
 
     _, accuracy = model.evaluate(x_val, y_val, batch_size=256, verbose=0)
+    rank, size = hvd.rank(), hvd.size()  # elastic: what they are at the end
     if rank == 0:
         print(f"final_accuracy={accuracy:.4f}", flush=True)
         if args.output_dir:

@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import model, report, throughput_report
+from bench import model, recovery_report, report, throughput_report
 from bench.docblocks import provenance
 from bench.experiment import COMPARED
 from bench.goals import checks_table, goals, placement_checks, speed_checks
 from bench.headline import headline
 from bench.plots import ordered
 from bench.policies import label
-from bench.store import PLACEMENT, THROUGHPUT
+from bench.store import PLACEMENT, RECOVERY, THROUGHPUT
 from bench.workload import CLUSTER_SHAPES, CLUSTER_TITLES, make_cluster
 
 
@@ -147,21 +147,24 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
     parts += [f"## {throughput_report.TITLE}\n",
               throughput_report.section(speed.get(THROUGHPUT), provenance(runs.get(THROUGHPUT)),
                                         images_by_name.get("throughput_slowdown.png"))]
-    others = {name: result for name, result in speed.items() if name != THROUGHPUT}
+    parts += [f"## {recovery_report.TITLE}\n",
+              recovery_report.section(speed.get(RECOVERY), provenance(runs.get(RECOVERY)))]
+    others = {name: result for name, result in speed.items() if name not in (THROUGHPUT, RECOVERY)}
     parts += ["## Speed and overhead\n", report.speed_section(others, runs) if others else "Not run.\n"]
     parts += [
         "## Reproduce\n",
         "`make bench` (the same as `python -m bench.run`) measures every section and rewrites this file, the "
         "plots in docs/img/benchmarks/, the JSON in bench/results/ (placement_runs.json has every run's "
-        "metrics, placement_summary.json the averages over seeds, speed.json the speed benches and the "
-        "throughput runs, runs.json when each section was measured) and the measured blocks in "
-        "docs/planner.md and docs/manager.md. `--only SECTION[,SECTION...]` measures only those sections "
-        "(placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput, "
-        "or `speed` for the six speed benches) and keeps the others' results; `--render-only` measures "
-        "nothing and re-renders everything from the JSON. A new throughput run that changes the measured "
-        "profile asks for its numbers in bench/model.py (the section above says so), then `--only "
-        "placement` re-runs the comparison with them. `python -m bench.run --quick` is the smoke run the "
-        "test suite makes (small clusters, one seed, no throughput jobs; it writes to bench/results/quick/ "
+        "metrics, placement_summary.json the averages over seeds, speed.json the speed benches, the "
+        "throughput runs and the recovery runs, runs.json when each section was measured) and the measured "
+        "blocks in docs/planner.md and docs/manager.md. `--only SECTION[,SECTION...]` measures only those "
+        "sections (placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, "
+        "throughput, recovery, or `speed` for the six speed benches) and keeps the others' results; "
+        "`--render-only` measures nothing and re-renders everything from the JSON. A new throughput run that "
+        "changes the measured profile asks for its numbers in bench/model.py (the section above says so), "
+        "then `--only placement` re-runs the comparison with them. `python -m bench.run --quick` is the "
+        "smoke run the test suite makes (small clusters, one seed, no throughput or recovery jobs; it writes "
+        "to bench/results/quick/ "
         "and never touches docs/).\n"]
     return "\n".join(parts) + "\n", verdicts
 

@@ -3,8 +3,9 @@ bench/results/, and docs/benchmarks.md.
 
 Sections: `placement` (the trace simulation), six speed benches (bench/planner_speed.py,
 bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py)
-and `throughput` (bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it
-calibrates the simulator's span cost, bench/model.py); each of these exposes `main(quick: bool) -> dict`.
+`throughput` (bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it
+calibrates the simulator's span cost, bench/model.py) and `recovery` (bench/recovery.py: a worker lost from
+an elastic and from a restart job, ~6 min, root); each of these exposes `main(quick: bool) -> dict`.
 A run measures the sections asked for, merges their results into the results directory section by section
 (the others stay as earlier runs left them; runs.json says when each was measured), then renders the whole
 report from every section there. bench/speed_report.py renders a speed bench's result (and
@@ -16,6 +17,7 @@ Examples:
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
   python -m bench.run --only speed                  # the six speed benches, keep placement
   python -m bench.run --only throughput             # Horovod over node links (quiet machine, root)
+  python -m bench.run --only recovery               # lost workers: elastic and restart jobs (root)
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
 
@@ -139,8 +141,9 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
              "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput (Horovod "
-             "jobs over node links); `speed` stands for the six speed benches. The other sections' results "
-             "already in OUT are kept, and the report is rendered from all of them. Default: every section")
+             "jobs over node links), recovery (lost workers, elastic and restart); `speed` stands for the "
+             "six speed benches. The other sections' results already in OUT are kept, and the report is "
+             "rendered from all of them. Default: every section")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

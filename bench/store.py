@@ -1,7 +1,8 @@
 """The results directory, one section at a time: a run writes only the sections it ran and keeps the others.
 
-Sections: `placement` (the trace simulation: placement_*.json), each speed bench and `throughput` (training
-throughput per placement over node links; one key of speed.json each).
+Sections: `placement` (the trace simulation: placement_*.json), each speed bench, `throughput` (training
+throughput per placement over node links) and `recovery` (what a lost worker costs an elastic or restart job);
+one key of speed.json each.
 runs.json says, per section, when, on which commit and by which command its numbers were measured, so a
 report that merges sections from different runs can say where each came from.
 """
@@ -17,8 +18,9 @@ from typing import Any
 PLACEMENT = "placement"
 SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 THROUGHPUT = "throughput"
+RECOVERY = "recovery"
 #: every section measured by a module bench/<name>.py whose main(quick) returns its result (speed.json)
-MEASURED = (*SPEED_BENCHES, THROUGHPUT)
+MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY)
 SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}

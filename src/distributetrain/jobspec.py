@@ -176,6 +176,31 @@ class JobSpec:
     allow_egress: tuple[str, ...] = ()
     """CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: anywhere), in
     the job's NetworkPolicy. Env DT_ALLOW_EGRESS, comma-separated."""
+    min_gpus: int | None = None
+    """Elastic Horovod: the fewest GPUs the job may train on, `gpus` being its target. A lost worker (its pod
+    or its node) then does not end the job: the other ranks go on from the last committed state while at
+    least this many remain, and the manager replaces the worker on the best free GPUs. None: not elastic.
+    Env DT_MIN_GPUS."""
+    max_gpus: int | None = None
+    """Elastic: the most GPUs the job may grow to when more free up (default: gpus). Env DT_MAX_GPUS."""
+    restarts: int = 0
+    """Not elastic: how many times a training that failed because a worker or its node was lost is relaunched
+    on replaced workers, resuming from rank 0's latest checkpoint. 0: a lost worker ends the job (exit 70).
+    Env DT_RESTARTS."""
+    replace_timeout: float = 600.0
+    """How long lost workers may wait for free GPUs to be replaced before the job fails (exit 70): an elastic
+    job while fewer than min_gpus run, a restart job before each relaunch. Env DT_REPLACE_TIMEOUT."""
+    grow_interval: float = 30.0
+    """How often the manager looks for free GPUs while the job runs short of its target (lost workers not yet
+    replaced), or, elastic, below max_gpus. Env DT_GROW_INTERVAL."""
+
+    @property
+    def recovery(self) -> str | None:
+        """How the job survives a lost worker: naming.RECOVERY_ELASTIC, RECOVERY_RESTART, or None: it
+        ends."""
+        if self.min_gpus is not None:
+            return naming.RECOVERY_ELASTIC
+        return naming.RECOVERY_RESTART if self.restarts else None
 
     @property
     def node_selector_dict(self) -> dict[str, str]:
@@ -228,6 +253,8 @@ _PARSERS: dict[str, Parser] = {
     "chief_template": optional(podtemplate.load),
     "cpu_per_gpu": parse_amount, "memory_per_gpu": parse_amount, "shm_size": parse_amount,
     "allow_egress": parse_cidrs, "preflight": parse_bool, "min_busbw": optional(parse_gbps),
+    "min_gpus": optional(parse_gpus), "max_gpus": optional(parse_gpus), "restarts": parse_int_range(0, 100),
+    "replace_timeout": parse_positive_duration, "grow_interval": parse_positive_duration,
 }
 
 
@@ -277,6 +304,7 @@ def _cross_checks(spec: JobSpec, *, sources: Mapping[str, str]) -> list[str]:
         problems.append(f"resource ({spec.resource}): MIG devices suit 1-GPU jobs only: a process sees one "
                         "MIG device, and NCCL, which the base image's Horovod reduces GPU tensors with, "
                         "cannot use MIG (NVIDIA/nccl#1716); ask for whole GPUs (nvidia.com/gpu), or --gpus 1")
+    problems += _recovery_checks(spec)
     for role in (naming.ROLE_WORKER, naming.ROLE_CHIEF):
         if not spec.cpu_per_gpu and not spec.memory_per_gpu and not podtemplate.names_resources(
                 spec.template_for(role), "cpu", "memory"):
@@ -284,4 +312,24 @@ def _cross_checks(spec: JobSpec, *, sources: Mapping[str, str]) -> list[str]:
                             "memory: the pods would be BestEffort, the first evicted under pressure; give "
                             "--cpu-per-gpu or --memory-per-gpu, or resources in the template")
             break
+    return problems
+
+
+def _recovery_checks(spec: JobSpec) -> list[str]:
+    """Elastic and restart settings together: min <= gpus <= max, one mode at a time, Gloo for elastic."""
+    problems = []
+    if spec.max_gpus is not None and spec.min_gpus is None:
+        problems.append("max_gpus: only elastic jobs grow; give --min-gpus too (the fewest GPUs to train on)")
+    if spec.min_gpus is not None and spec.min_gpus > spec.gpus:
+        problems.append(f"min_gpus: {spec.min_gpus} is more than the job's {spec.gpus} GPU(s); the minimum "
+                        "must be at most --gpus")
+    if spec.max_gpus is not None and spec.max_gpus < spec.gpus:
+        problems.append(f"max_gpus: {spec.max_gpus} is less than the job's {spec.gpus} GPU(s); the maximum "
+                        "must be at least --gpus")
+    if spec.min_gpus is not None and spec.restarts:
+        problems.append("restarts: an elastic job (--min-gpus) goes on without its lost workers and never "
+                        "relaunches; give either --min-gpus or --restarts")
+    if spec.min_gpus is not None and spec.transport != naming.TRANSPORTS[0]:
+        problems.append(f"transport ({spec.transport}): elastic Horovod runs on Gloo only; use --transport "
+                        f"{naming.TRANSPORTS[0]} or drop --min-gpus")
     return problems

@@ -5,13 +5,16 @@ key (ssh.py; names the worker that never answered, exit 73) -> put the chief's o
 first in the final hostfile, so rank 0 runs here and its log is the chief's log -> run horovodrun with
 the user's command, streaming its output -> exit with the training's exit code.
 
-The pure parts (parsing, merging, the horovodrun argv, reading horovodrun's failure report) are separate
-functions with unit tests; `main` does the I/O.
+Elastic jobs (DT_MIN_PROCESSES): horovodrun runs Horovod elastic, its hosts from discovery.py's script over
+the hostfile the manager keeps current. Restart jobs (DT_RESTARTS): a training that failed because a worker
+was lost is relaunched once the manager replaced it (relaunch.py), resuming from its checkpoint.
+
+Its settings are parsed in launchsettings.py. The pure parts (merging, the horovodrun argv, reading
+horovodrun's failure report) are separate functions with unit tests; `main` does the I/O.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import pwd
@@ -29,10 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import allreduce, allreducecheck, fieldparsers, hostfile, naming, ssh
+from distributetrain import allreducecheck, discovery, naming, relaunch, ssh
+from distributetrain.discovery import Elastic
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
-from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
+from distributetrain.launchsettings import Settings, parse_settings
+from distributetrain.naming import TRANSPORTS
 
 log = logging.getLogger("distributetrain.launcher")
 
@@ -43,29 +48,6 @@ class Failure:
 
     rank: int
     exit_code: int
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything the launcher needs, parsed once from arguments and the environment."""
-
-    hostfile: Path
-    identity_file: Path
-    ssh_port: int
-    pod_ip: str
-    slots: int
-    num_processes: int | None
-    transport: str
-    network_interface: str | None
-    ssh_timeout: float
-    ssh_delay: float
-    ssh_connect_timeout: float
-    start_timeout: float
-    command: tuple[str, ...]
-    preflight: bool = False            # the pre-flight all-reduce check before the command (allreduce.py)
-    min_busbw: float | None = None     # GB/s its bus bandwidth must reach; turns the check on
-    preflight_timeout: float = 120.0
-    preflight_sizes: str = "1M,16M,64M"
 
 
 def render_hostfile(hosts: Iterable[HostSlots]) -> str:
@@ -112,16 +94,19 @@ def horovodrun_argv(
     network_interface: str | None,
     start_timeout: float,
     command: Sequence[str],
+    elastic: Elastic | None = None,
 ) -> list[str]:
-    """The horovodrun command line. `--disable-cache`: ssh was just checked; a cached "reachable" is stale."""
+    """The horovodrun command line. `--disable-cache`: ssh was just checked; a cached "reachable" is stale.
+    Elastic: the discovery script and --min-np/--max-np instead of the hostfile."""
     if transport not in TRANSPORTS:
         raise InvalidInput(f"transport: {transport!r} is not one of {', '.join(TRANSPORTS)}")
     if num_proc < 1:
         raise InvalidInput(f"horovod processes: {num_proc} asked, at least 1 is needed")
     if not command:
         raise InvalidInput("command: empty; give the training command after `--`")
+    hosts = ["--hostfile", str(hostfile)] if elastic is None else discovery.horovodrun_args(elastic)
     argv = [
-        horovodrun, "-np", str(num_proc), "--hostfile", str(hostfile), "-p", str(ssh_port),
+        horovodrun, "-np", str(num_proc), *hosts, "-p", str(ssh_port),
         "--ssh-identity-file", str(identity_file), f"--{transport}",
         "--start-timeout", str(max(1, round(start_timeout))), "--disable-cache",
     ]
@@ -167,112 +152,6 @@ def exit_code_for(horovodrun_code: int, failure: Failure | None) -> int:
     return horovodrun_code if horovodrun_code > 0 else 128 - horovodrun_code
 
 
-def parse_duration(value: str, *, name: str) -> float:
-    """The request's one duration grammar (fieldparsers.parse_duration: 120, 90s, 2m, 1h30m), naming the
-    setting in errors."""
-    try:
-        return fieldparsers.parse_duration(value)
-    except ValueError as err:
-        raise InvalidInput(f"{name}: {err}") from None
-
-
-def _env_int(env: Mapping[str, str], key: str, default: int) -> int:
-    raw = env.get(key, "")
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as err:
-        raise InvalidInput(f"{key}: {raw!r} is not an integer") from err
-
-
-def _env_bool(env: Mapping[str, str], key: str) -> bool:
-    try:
-        return fieldparsers.parse_bool(env.get(key) or "false")
-    except ValueError as err:
-        raise InvalidInput(f"{key}: {err}") from None
-
-
-def _env_float(env: Mapping[str, str], key: str) -> float | None:
-    raw = env.get(key, "")
-    try:
-        return float(raw) if raw else None
-    except ValueError:
-        raise InvalidInput(f"{key}: {raw!r} is not a number") from None
-
-
-def own_ip(env: Mapping[str, str]) -> str:
-    """This pod's IPv4 address: from DT_POD_IPS (status.podIPs, comma-separated) when it holds one, since a
-    dual-stack cluster's status.podIP may be IPv6, which Horovod cannot use; else DT_POD_IP."""
-    ips = [ip.strip() for ip in env.get(naming.ENV_POD_IPS, "").split(",") if ip.strip()]
-    return next((ip for ip in ips if ":" not in ip), env.get(naming.ENV_POD_IP, ""))
-
-
-def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
-    """Arguments first, then the environment the chief pod is given, then defaults."""
-    installed_key = Path(env.get("HOME") or "/root") / ".ssh" / naming.SSH_PRIVATE_KEY
-    parser = argparse.ArgumentParser(
-        prog="python -m distributetrain.launcher",
-        description="Wait for the workers' sshd, then run horovodrun over them and this pod.",
-    )
-    parser.add_argument("--hostfile", type=Path, default=Path(env.get(naming.ENV_HOSTFILE) or Path(
-        naming.HOSTFILE_MOUNT_PATH) / naming.HOSTFILE_KEY), help="the workers' `IP slots=N` lines")
-    parser.add_argument("--identity-file", type=Path, default=Path(
-        env.get(naming.ENV_SSH_IDENTITY) or installed_key),
-        help="the job's private key, as installed by the entrypoint (mode 0600)")
-    parser.add_argument("--ssh-port", type=int,
-                        default=_env_int(env, naming.ENV_SSH_PORT, naming.DEFAULT_SSH_PORT))
-    parser.add_argument("--pod-ip", default=own_ip(env), help="this pod's IP")
-    parser.add_argument("--slots", type=int, default=_env_int(env, naming.ENV_SLOTS, 1),
-                        help="Horovod processes in this pod (its GPU share)")
-    parser.add_argument("--num-processes", type=int,
-                        default=_env_int(env, naming.ENV_NUM_PROCESSES, 0) or None,
-                        help="the job's processes in total; if given, the hostfile's slots must add up to it")
-    parser.add_argument("--transport", choices=TRANSPORTS,
-                        default=env.get(naming.ENV_TRANSPORT) or TRANSPORTS[0])
-    parser.add_argument("--network-interface", default=env.get(naming.ENV_NETWORK_INTERFACE) or None)
-    parser.add_argument("--ssh-timeout", default=env.get(naming.ENV_SSH_TIMEOUT) or "120",
-                        help="how long to wait for every worker's sshd (seconds, or 90s, 2m)")
-    parser.add_argument("--ssh-delay", default="2", help="pause between two ssh attempts to one worker")
-    parser.add_argument("--ssh-connect-timeout", default="10", help="bound of one ssh attempt")
-    parser.add_argument("--start-timeout", default=env.get(naming.ENV_START_TIMEOUT) or "120",
-                        help="horovodrun's --start-timeout")
-    parser.add_argument("--preflight", action=argparse.BooleanOptionalAction,
-                        default=_env_bool(env, naming.ENV_PREFLIGHT),
-                        help="run the pre-flight all-reduce check before the command (default: off)")
-    parser.add_argument("--min-busbw", type=float, metavar="GBPS",
-                        default=_env_float(env, naming.ENV_MIN_BUSBW),
-                        help="fail if the check's bus bandwidth is below this (GB/s); turns the check on")
-    parser.add_argument("--preflight-timeout", default="120", help="the check's time limit, Horovod's start "
-                        "included")
-    parser.add_argument("--preflight-sizes", default="1M,16M,64M", help="the check's all-reduce sizes")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exit_:
-        if exit_.code in (0, None):
-            raise
-        raise InvalidInput("launcher arguments: see the usage above") from None
-    command = tuple(args.command[1:] if args.command[:1] == ["--"] else args.command) or DEFAULT_COMMAND
-    try:
-        [allreduce.parse_size(size) for size in args.preflight_sizes.split(",")]
-    except ValueError as err:
-        raise InvalidInput(f"pre-flight sizes: {err}") from None
-    return Settings(
-        hostfile=args.hostfile, identity_file=args.identity_file, ssh_port=args.ssh_port, pod_ip=args.pod_ip,
-        slots=args.slots, num_processes=args.num_processes, transport=args.transport,
-        network_interface=args.network_interface,
-        ssh_timeout=parse_duration(args.ssh_timeout, name="ssh timeout"),
-        ssh_delay=parse_duration(args.ssh_delay, name="ssh delay"),
-        ssh_connect_timeout=parse_duration(args.ssh_connect_timeout, name="ssh connect timeout"),
-        start_timeout=parse_duration(args.start_timeout, name="start timeout"), command=command,
-        preflight=bool(args.preflight or args.min_busbw is not None), min_busbw=args.min_busbw,
-        preflight_timeout=parse_duration(args.preflight_timeout, name="pre-flight timeout"),
-        preflight_sizes=args.preflight_sizes,
-    )
-
-
 def _wait_for_workers(workers: Sequence[HostSlots], settings: Settings, user: str) -> None:
     """Every worker in parallel: the wait is bounded by ssh_timeout, not ssh_timeout times the workers."""
     attempts = max(1, int(settings.ssh_timeout // max(settings.ssh_delay, 0.001)) + 1)
@@ -296,7 +175,7 @@ def _wait_for_workers(workers: Sequence[HostSlots], settings: Settings, user: st
         )
 
 
-def _ssh_wrapper(work: Path) -> Path:
+def _ssh_wrapper(work: Path, *, aliases: bool = False) -> Path:
     """A `ssh` first on PATH for horovodrun: its own known_hosts (pod host keys are new each job, and a
     user's ~/.ssh is not ours to write) and keepalives, so a worker whose node vanished without a TCP reset is
     noticed within ~15 s instead of hanging the whole job."""
@@ -305,7 +184,8 @@ def _ssh_wrapper(work: Path) -> Path:
         raise InvalidInput("ssh: no ssh client on PATH; the base image installs openssh-client")
     config = work / "ssh_config"
     config.write_text(
-        "Host *\n"
+        (f"Include {work / discovery.ALIASES_FILE}\n" if aliases else "")  # elastic: pod names -> addresses
+        + "Host *\n"
         f"  UserKnownHostsFile {work / 'known_hosts'}\n"
         "  GlobalKnownHostsFile /dev/null\n"
         "  IdentitiesOnly yes\n"
@@ -354,37 +234,33 @@ def _stream(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, Failure |
 
 
 def run(settings: Settings, env: Mapping[str, str]) -> int:
-    if settings.hostfile.exists():
-        try:
-            workers: Sequence[HostSlots] = hostfile.parse(settings.hostfile.read_text())
-        except InvalidInput as err:
-            raise InvalidInput(f"{settings.hostfile}: {err}") from None
-    else:
+    if not settings.hostfile.exists():
         log.warning("no hostfile at %s: training on this pod only", settings.hostfile)
-        workers = ()
+    launched, workers = relaunch.read(settings.hostfile)
     hosts = with_chief(workers, pod_ip=settings.pod_ip, slots=settings.slots)
     num_proc = check_total(hosts, settings.num_processes)
     user = pwd.getpwuid(os.getuid()).pw_name
     log.info("waiting for %d workers' sshd on port %d: %s", len(workers), settings.ssh_port,
              ", ".join(w.host for w in workers) or "none")
     _wait_for_workers(workers, settings, user)
+    recovery = settings.recovery
     with tempfile.TemporaryDirectory(prefix="distributetrain-launcher-") as tmp:
         work = Path(tmp)
         final = work / "hostfile"
         final.write_text(render_hostfile(hosts))
-        argv = horovodrun_argv(
-            horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
-            identity_file=settings.identity_file, transport=settings.transport,
-            network_interface=settings.network_interface, start_timeout=settings.start_timeout,
-            command=settings.command,
-        )
+        elastic = None if recovery.min_processes is None else discovery.setup(
+            work, python=sys.executable, hostfile_path=settings.hostfile,
+            chief=HostSlots(settings.pod_ip, settings.slots), min_processes=recovery.min_processes,
+            max_processes=recovery.max_processes or num_proc, timeout=recovery.elastic_timeout)
+        interface = settings.network_interface or (elastic.interface if elastic else None)
         child_env = dict(env)
         # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
         # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.
         child_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-        child_env["PATH"] = f"{_ssh_wrapper(work)}{os.pathsep}{env.get('PATH', os.defpath)}"
-        log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+        bindir = _ssh_wrapper(work, aliases=elastic is not None)
+        child_env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
         if settings.preflight:
+            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
             check = horovodrun_argv(
                 horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
@@ -392,8 +268,32 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
                 command=allreducecheck.command(hosts, sizes=settings.preflight_sizes, iterations=5))
             allreducecheck.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
                                timeout=settings.preflight_timeout)
-        log.info("starting: %s", shlex.join(argv))
-        code, failure = _stream(argv, child_env)
+        if elastic is not None:
+            child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form
+
+        def launch(hosts: Sequence[HostSlots]) -> int:
+            final.write_text(render_hostfile(hosts))
+            argv = horovodrun_argv(
+                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                identity_file=settings.identity_file, transport=settings.transport,
+                network_interface=interface, start_timeout=settings.start_timeout, command=settings.command,
+                elastic=elastic,
+            )
+            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+            log.info("starting: %s", shlex.join(argv))
+            return _report(*_stream(argv, child_env), hosts, num_proc)
+
+        if not recovery.restarts:
+            return launch(hosts)
+        relauncher = relaunch.Relauncher(
+            hostfile_path=settings.hostfile, ssh_port=settings.ssh_port, identity_file=settings.identity_file,
+            user=user, chief=HostSlots(settings.pod_ip, settings.slots), processes=num_proc,
+            restarts=recovery.restarts, wait=recovery.restart_wait)
+        return relauncher.run(launch, child_env, launched=launched, workers=workers)
+
+
+def _report(code: int, failure: Failure | None, hosts: Sequence[HostSlots], num_proc: int) -> int:
+    """Log how horovodrun ended; return the training's exit code."""
     result = exit_code_for(code, failure)
     if failure is not None:
         log.error("rank %d on %s exited with %d; the training failed with exit code %d", failure.rank,

@@ -30,6 +30,9 @@ from distributetrain.tolerations import parse_tolerations
 SSH_FILE_MODE = 0o440
 HOSTFILE_FILE_MODE = 0o444
 GRACE_SECONDS = 10
+# what the chief's Horovod and launcher wait beyond the manager's --replace-timeout, so that the manager, who
+# knows why, is the one that gives up: a kubelet's ConfigMap refresh (up to about 90 s) and a worker's start
+RECOVERY_MARGIN = 180
 # where a namespace's DNS runs (kube-dns, or CoreDNS under that label, on most clusters)
 DNS_NAMESPACE = "kube-system"
 DNS_POD_LABELS = {"k8s-app": "kube-dns"}
@@ -93,23 +96,37 @@ def ssh_secret_shape(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[st
 def placeholder_hostfile(spec: JobSpec, workers: Iterable[tuple[str, int]], *,
                          owner: ManagerIdentity | None) -> dict[str, Any]:
     """The hostfile ConfigMap as a dry run shows it: each worker's pod IP is known only once it runs."""
+    workers = list(workers)
     lines = "".join(f"<pod IP of {name}> slots={slots}\n" for name, slots in workers)
-    return {
-        "apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
-        "metadata": metadata(spec, naming.hostfile_configmap_name(spec.job_name), naming.ROLE_HOSTFILE,
-                             owner),
-        "data": {naming.HOSTFILE_KEY: lines},
-    }
+    names = "".join(f"<pod IP of {name}> {name}\n" for name, _ in workers)
+    return _hostfile_object(spec, lines, names, owner)
 
 
 def hostfile_configmap(spec: JobSpec, workers: Iterable[hostfile.HostSlots], *,
-                       owner: ManagerIdentity | None) -> dict[str, Any]:
-    """The workers' `IP slots=N` lines, sorted; the launcher in the chief adds its own line."""
+                       owner: ManagerIdentity | None, names: Mapping[str, str] | None = None
+                       ) -> dict[str, Any]:
+    """The workers' `IP slots=N` lines, sorted; the launcher in the chief adds its own line. A job that
+    survives lost workers (spec.recovery) also gets `names` (`IP POD`, from `names`: address -> pod), and its
+    ConfigMap is not immutable: the manager keeps it current (elastic.py)."""
+    workers = list(workers)
+    return _hostfile_object(spec, hostfile.render(workers), hostnames_text(workers, names or {}), owner)
+
+
+def hostnames_text(workers: Iterable[hostfile.HostSlots], names: Mapping[str, str]) -> str:
+    """`IP POD` lines in the hostfile's order: elastic Horovod knows each worker by its pod's name, never
+    reused, where an address may come back for a new pod (and Horovod never takes back a host it saw fail)."""
+    return "".join(f"{w.host} {names[w.host]}\n" for w in hostfile.sort_hosts(workers) if w.host in names)
+
+
+def _hostfile_object(spec: JobSpec, lines: str, names: str, owner: ManagerIdentity | None) -> dict[str, Any]:
+    data = {naming.HOSTFILE_KEY: lines}
+    if spec.recovery:
+        data[naming.HOSTNAMES_KEY] = names
     return {
-        "apiVersion": "v1", "kind": "ConfigMap", "immutable": True,
+        "apiVersion": "v1", "kind": "ConfigMap", "immutable": spec.recovery is None,
         "metadata": metadata(spec, naming.hostfile_configmap_name(spec.job_name), naming.ROLE_HOSTFILE,
                              owner),
-        "data": {naming.HOSTFILE_KEY: hostfile.render(workers)},
+        "data": data,
     }
 
 
@@ -163,6 +180,8 @@ def _default_resources(spec: JobSpec, gpus: int) -> dict[str, Any]:
 
 def _mounts_and_volumes(spec: JobSpec, *, with_hostfile: bool, read_only_claim: bool = False
                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The manager's volumes: the ssh Secret, the hostfile (chief), /dev/shm, the claim; and, for the chief of
+    a restart job without a claim, the emptyDir rank 0 checkpoints into (the chief outlives relaunches)."""
     mounts: list[dict[str, Any]] = [
         {"name": naming.SSH_VOLUME, "mountPath": naming.SSH_MOUNT_PATH, "readOnly": True}]
     volumes: list[dict[str, Any]] = [{"name": naming.SSH_VOLUME, "secret": {
@@ -183,6 +202,9 @@ def _mounts_and_volumes(spec: JobSpec, *, with_hostfile: bool, read_only_claim: 
             claim["readOnly"] = mount["readOnly"] = True
         mounts.append(mount)
         volumes.append({"name": naming.WORK_VOLUME, "persistentVolumeClaim": claim})
+    elif with_hostfile and spec.recovery == naming.RECOVERY_RESTART:
+        mounts.append({"name": naming.CHECKPOINT_VOLUME, "mountPath": naming.CHECKPOINT_MOUNT_PATH})
+        volumes.append({"name": naming.CHECKPOINT_VOLUME, "emptyDir": {}})
     return mounts, volumes
 
 
@@ -211,7 +233,8 @@ def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
 
 
 def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str, Any],
-         volumes: list[dict[str, Any]], owner: ManagerIdentity | None) -> dict[str, Any]:
+         volumes: list[dict[str, Any]], owner: ManagerIdentity | None,
+         annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     share = {spec.resource: str(entry.gpus)}
     container = {**container, "image": spec.image, "command": [naming.ENTRYPOINT_PATH],
                  "resources": {"requests": dict(share), "limits": dict(share)}}
@@ -234,7 +257,8 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
     if spec.active_deadline is not None:
         # a safety net should the manager die without its ownerReference (laptop runs): the kubelet ends it
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.active_deadline))
-    owned = {"metadata": metadata(spec, name, role, owner, {naming.GPUS_ANNOTATION: str(entry.gpus)}),
+    owned = {"metadata": metadata(spec, name, role, owner,
+                                  {naming.GPUS_ANNOTATION: str(entry.gpus), **(annotations or {})}),
              "spec": pod_spec}
     return podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
 
@@ -278,9 +302,31 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
         env.append({"name": naming.ENV_PREFLIGHT, "value": "true"})
     if spec.min_busbw is not None:
         env.append({"name": naming.ENV_MIN_BUSBW, "value": f"{spec.min_busbw:g}"})
+    env += _recovery_env(spec)
     container = {"name": naming.CHIEF_CONTAINER, "args": [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command],
                  "env": env, "volumeMounts": mounts}
-    return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner)
+    annotations = {naming.RECOVERY_ANNOTATION: spec.recovery} if spec.recovery else None
+    return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner,
+                annotations)
+
+
+def _recovery_env(spec: JobSpec) -> list[dict[str, Any]]:
+    """What the chief's launcher needs to survive a lost worker: elastic, horovodrun's --min-np/--max-np and
+    how long Horovod may wait for its minimum; restart, the relaunches allowed, how long to wait for the
+    replaced workers, and where rank 0 checkpoints (the claim's output directory, else the chief's emptyDir).
+    Horovod and the launcher wait RECOVERY_MARGIN longer than the manager, which knows why and decides."""
+    wait = f"{spec.replace_timeout + RECOVERY_MARGIN:g}"
+    if spec.recovery == naming.RECOVERY_ELASTIC:
+        return [{"name": naming.ENV_MIN_PROCESSES, "value": str(spec.min_gpus)},
+                {"name": naming.ENV_MAX_PROCESSES, "value": str(spec.max_gpus or spec.gpus)},
+                {"name": naming.ENV_ELASTIC_TIMEOUT, "value": wait}]
+    if spec.recovery == naming.RECOVERY_RESTART:
+        env = [{"name": naming.ENV_RESTARTS, "value": str(spec.restarts)},
+               {"name": naming.ENV_RESTART_WAIT, "value": wait}]
+        if not spec.volume_claim:
+            env.append({"name": naming.ENV_CHECKPOINT_DIR, "value": naming.CHECKPOINT_MOUNT_PATH})
+        return env
+    return []
 
 
 def pod_demand(spec: JobSpec, role: str) -> PodDemand:

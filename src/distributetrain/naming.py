@@ -20,6 +20,10 @@ ROLE_HOSTFILE = "hostfile"
 ROLE_NETWORK = "network"
 # which planned GPU share a pod carries, for re-reading a job's plan from its pods
 GPUS_ANNOTATION = "distributetrain.io/gpus"
+# on the chief of a job that survives a lost worker: how (RECOVERY_ELASTIC or RECOVERY_RESTART)
+RECOVERY_ANNOTATION = "distributetrain.io/recovery"
+RECOVERY_ELASTIC = "elastic"    # Horovod elastic: the other ranks go on, the manager replaces the worker
+RECOVERY_RESTART = "restart"    # the training is relaunched from its latest checkpoint on replaced workers
 
 DEFAULT_RESOURCE = "nvidia.com/gpu"
 DEFAULT_JOB_NAME = "distributetrain"
@@ -34,6 +38,10 @@ NODE_NAME_FIELD = "metadata.name"
 SSH_MOUNT_PATH = "/etc/distributetrain/ssh"      # the Secret: id_ed25519, id_ed25519.pub, authorized_keys
 HOSTFILE_MOUNT_PATH = "/etc/distributetrain/hostfile"  # the ConfigMap: the workers' `IP slots=N` lines
 HOSTFILE_KEY = "hostfile"
+HOSTNAMES_KEY = "names"  # elastic and restart jobs: `IP POD` per worker, the pod behind each address
+# restart jobs without a volume claim: the chief's own emptyDir, where rank 0 checkpoints (the chief outlives
+# every relaunch; the workers hold no checkpoint)
+CHECKPOINT_MOUNT_PATH = "/var/lib/distributetrain/checkpoints"
 SHM_MOUNT_PATH = "/dev/shm"  # a memory-backed emptyDir: the container runtime's default is 64 MiB
 SSH_PRIVATE_KEY = "id_ed25519"
 SSH_PUBLIC_KEY = "id_ed25519.pub"
@@ -47,7 +55,8 @@ SSH_VOLUME = "ssh"
 HOSTFILE_VOLUME = "hostfile"
 WORK_VOLUME = "work"
 SHM_VOLUME = "dshm"
-MANAGED_VOLUMES = (SSH_VOLUME, HOSTFILE_VOLUME, WORK_VOLUME, SHM_VOLUME)
+CHECKPOINT_VOLUME = "checkpoints"
+MANAGED_VOLUMES = (SSH_VOLUME, HOSTFILE_VOLUME, WORK_VOLUME, SHM_VOLUME, CHECKPOINT_VOLUME)
 
 # What job pods carry unless their pod template says otherwise: no service-mesh sidecar (an injected proxy
 # keeps the chief Running after training, and strict mTLS blocks the raw TCP of sshd and Gloo).
@@ -148,6 +157,18 @@ ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the en
 ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
 ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)
 ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs
+# elastic jobs (chief): horovodrun --min-np/--max-np, and how long Horovod waits for its minimum
+ENV_MIN_PROCESSES = "DT_MIN_PROCESSES"
+ENV_MAX_PROCESSES = "DT_MAX_PROCESSES"
+ENV_ELASTIC_TIMEOUT = "DT_ELASTIC_TIMEOUT"
+# restart jobs (chief): relaunches allowed, and how long to wait for the manager's replacement workers
+ENV_RESTARTS = "DT_RESTARTS"
+ENV_RESTART_WAIT = "DT_RESTART_WAIT"
+# what Train.py reads (the launcher and the manager set them): the elastic form, where rank 0 checkpoints,
+# and to resume from the newest checkpoint there
+ENV_ELASTIC = "DT_ELASTIC"
+ENV_CHECKPOINT_DIR = "DT_CHECKPOINT_DIR"
+ENV_RESUME = "DT_RESUME"
 
 # What the manager shows on its own pod (observer.py): `kubectl get pod -L distributetrain.io/phase`, and the
 # job's GPUs, plan and training progress in `kubectl describe pod` (docs/observability.md).

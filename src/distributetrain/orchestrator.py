@@ -56,7 +56,8 @@ class Orchestrator:
         return posttraining.supervise(
             self.kube, job=spec.job_name, namespace=spec.namespace, keep_chief=spec.keep_chief,
             reporter=self.reporter, workers=None if started.adopted else started.workers,
-            deadline=self.pretraining.deadline, schedule_timeout=spec.schedule_timeout, clock=self._clock)
+            deadline=self.pretraining.deadline, schedule_timeout=spec.schedule_timeout, clock=self._clock,
+            request=lambda: spec, owner=self.pretraining.owner)
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         # only what this run created or adopted is its to delete

@@ -45,6 +45,11 @@ def gpus(pod: Pod) -> int:
     return int(value) if str(value).isdigit() else 0
 
 
+def annotation(pod: Pod, key: str) -> str | None:
+    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(key)
+    return str(value) if value is not None else None
+
+
 def role(pod: Pod) -> str:
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(naming.ROLE_LABEL) or "")
 

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from distributetrain import cleanup, joblog, naming, podstatus
+from distributetrain import cleanup, elastic, joblog, naming, podstatus
 from distributetrain.errors import (
     ApiError,
     ChiefLost,
@@ -28,6 +28,7 @@ from distributetrain.errors import (
     WorkerFailed,
 )
 from distributetrain.joblog import Reporter
+from distributetrain.jobspec import JobSpec, ManagerIdentity
 from distributetrain.k8s import Kube
 from distributetrain.watching import Snapshot, Watched
 
@@ -86,26 +87,32 @@ class LogFollower(threading.Thread):
 
 
 def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, started_at: float | None,
-                     reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic) -> int:
+                     reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
+                     request: Callable[[], JobSpec] | None = None,
+                     owner: ManagerIdentity | None = None) -> int:
     """PostTraining in a process of its own, under the cleanup guard: supervise the job named `job`, reading
     its workers from the cluster. `started_at` (epoch seconds): when the manager started; the active
-    deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only)."""
+    deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only). `request`:
+    the job's request, read only for a job that replaces lost workers (elastic.Keeper builds them)."""
     reporter = reporter or Reporter()
     with cleanup.guard(kube, job=job, namespace=namespace, reporter=reporter):
         return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter,
-                         started_at=started_at, clock=clock)
+                         started_at=started_at, clock=clock, request=request, owner=owner)
 
 
 def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter,
               workers: Sequence[str] | None = None, deadline: float | None = None,
               started_at: float | None = None, schedule_timeout: float = CHIEF_START_TIMEOUT,
-              clock: Callable[[], float] = time.monotonic) -> int:
+              clock: Callable[[], float] = time.monotonic, request: Callable[[], JobSpec] | None = None,
+              owner: ManagerIdentity | None = None) -> int:
     """Watch the job until the chief ends; return its exit code after deleting everything but the chief
     (and the chief too unless `keep_chief`). Raise WorkerFailed, ChiefLost, ScheduleTimeout or
     DeadlineExceeded at once when those happen (the caller's guard cleans up). `workers`: the worker pods
     PreTraining created; None (a job started by another process) reads them from the cluster and checks that
     their GPUs and the chief's add up to the chief's process count. `deadline` (monotonic): when the active
-    deadline passes; without it, `started_at` and the chief's activeDeadlineSeconds give it."""
+    deadline passes; without it, `started_at` and the chief's activeDeadlineSeconds give it. A chief that says
+    its job survives lost workers (naming.RECOVERY_ANNOTATION) gets an elastic.Keeper, built from `request`,
+    which replaces them instead."""
     chief_name = naming.chief_name(job)
     watched = Watched(kube, "pods", namespace, naming.job_selector(job))
     first = watched.relist()
@@ -115,11 +122,13 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     seconds = podstatus.active_deadline(first[chief_name])
     if deadline is None and started_at is not None and seconds is not None:
         deadline = clock() - max(0.0, time.time() - started_at) + seconds
+    keeper = elastic.keeper_for(kube, first, chief_name, request=request, reporter=reporter, owner=owner,
+                                clock=clock)
     if workers is None:
         workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
         held = sum(podstatus.gpus(first[n]) for n in [*workers, chief_name])
         expected = podstatus.expected_processes(first[chief_name])
-        if expected is not None and held < expected:
+        if keeper is None and expected is not None and held < expected:
             present = ", ".join(workers) or "none"
             raise WorkerFailed(f"job {job}: its pods hold {held} GPU(s) but the chief runs {expected} "
                                f"processes: worker pod(s) are missing (present: {present})")
@@ -127,7 +136,8 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     reporter.say(f"supervising job {job}: chief {joblog.pod_text(first[chief_name])}, workers "
                  f"{joblog.listing(named) or '(none: the chief runs every process)'}")
     reporter.supervising([first[n] for n in [chief_name, *workers] if n in first])
-    follower = LogFollower(kube, namespace, chief_name, reporter.chief_line)
+    follower = LogFollower(kube, namespace, chief_name,
+                           reporter.chief_line if keeper is None else keeper.tee(reporter.chief_line))
     follower.start()
     chief_deadline = clock() + schedule_timeout
     code: int | None = None
@@ -135,11 +145,19 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
         while code is None:
             started = follower.started.is_set()
             limit = deadline if started else _earliest(deadline, chief_deadline)
-            for snapshot in watched.changes(deadline=limit):
-                code = _judge(snapshot, chief_name, workers, follower, reporter.pod_failed)
+            wake = keeper.wake_at() if keeper else None
+            until = limit if wake is None else _earliest(limit, wake)
+            for snapshot in watched.changes(deadline=until):
+                code = _judge(snapshot, chief_name, workers, follower, reporter.pod_failed, keeper)
                 if code is not None or follower.started.is_set() != started:
                     break  # ended, or the chief started: watch on under the job's own deadline
+                if keeper is not None and _sooner(keeper.wake_at(), until):
+                    break  # the keeper has something to do before the watch would end
             else:
+                if keeper is not None and wake is not None and clock() >= wake and (
+                        limit is None or clock() < limit):
+                    keeper.tick()
+                    continue
                 if deadline is not None and clock() >= deadline:
                     raise DeadlineExceeded(f"job {job}: the active deadline passed while training ran; the "
                                            "job was stopped (raise --active-deadline if it needs longer)")
@@ -154,8 +172,9 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     if follower.error is not None:
         raise follower.error  # the training's log could not be read: a setup error the user must see
     blamed = failed_rank(follower.tail, watched.objects) if code else None
+    recovered = keeper.summary() if keeper is not None else ""
     reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
-                 + "; releasing the workers")
+                 + (f", {recovered}" if recovered else "") + "; releasing the workers")
     reporter.finished(code, blamed or "")
     cleanup.delete_job(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter)
     return code
@@ -170,7 +189,7 @@ def failed_rank(lines: Iterable[bytes], pods: Mapping[str, podstatus.Pod]) -> st
             continue
         rank, host, code = int(match[1]), match[2].decode("utf-8", "replace"), match[3].decode()
         for name, pod in sorted(pods.items()):
-            if podstatus.pod_ip(pod) == host:
+            if podstatus.pod_ip(pod) == host or name == host:  # elastic Horovod names a worker by its pod
                 return (f"rank {rank} on {podstatus.role(pod) or 'pod'} {name}, node {podstatus.node(pod)}, "
                         f"{host}, exited with {code}")
         return f"rank {rank} on {host} exited with {code}"
@@ -181,8 +200,13 @@ def _earliest(a: float | None, b: float) -> float:
     return b if a is None else min(a, b)
 
 
+def _sooner(when: float | None, than: float | None) -> bool:
+    return when is not None and (than is None or when < than)
+
+
 def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str], follower: LogFollower,
-           failed: Callable[[podstatus.Pod | None, str], None]) -> int | None:
+           failed: Callable[[podstatus.Pod | None, str], None], keeper: elastic.Keeper | None = None
+           ) -> int | None:
     """The chief's exit code once it ended; None while the job runs; raise on a lost pod."""
     if follower.error is not None:
         raise follower.error
@@ -199,6 +223,9 @@ def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str], follower
         return code
     if podstatus.is_deleting(chief):
         raise ChiefLost(f"the chief pod {chief_name} is being deleted by someone else")
+    if keeper is not None:
+        keeper.observe(snapshot)  # a lost worker is replaced, not the end of the job
+        workers = ()
     for name in workers:
         pod = snapshot.get(name)
         if pod is None:

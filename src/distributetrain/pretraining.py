@@ -130,7 +130,9 @@ class PreTraining:
                     self.reporter.pods_ready([ready[n] for n in names])
                 hosts = [HostSlots(str(podstatus.pod_ipv4(ready[n])), podstatus.gpus(ready[n]))
                          for n in names]
-                hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner))
+                pods_by_ip = {str(podstatus.pod_ipv4(ready[n])): n for n in names}
+                hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner,
+                                                                     names=pods_by_ip))
                 self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
                 self.reporter.hostfile_written(hostfile, hosts)

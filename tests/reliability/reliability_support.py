@@ -39,6 +39,7 @@ RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))
 IMAGE = "distributetrain/base:0.1.0"
 # "fails rather than hangs": far above anything measured, far below pytest's own timeout
 HANG = 90.0
+RANK_PREFIX = re.compile(r"^\[\d+\]<std(?:out|err)>:")  # horovodrun's, before each line of a rank
 Factory = Callable[..., TestCluster]
 
 
@@ -155,11 +156,22 @@ class Recorder(Reporter):
         self.out, self.chief_out = io.StringIO(), io.StringIO()
         super().__init__(self.out, self.chief_out)
         self.lines: list[tuple[float, str]] = []
+        self.chief_lines: list[tuple[float, str]] = []
         self.plans: list[Any] = []
 
     def say(self, message: str) -> None:
         self.lines.append((time.monotonic(), message))
         super().say(message)
+
+    def chief_line(self, line: bytes) -> None:
+        # as the user reads it: without horovodrun's `[RANK]<stdout>:` prefix
+        text = RANK_PREFIX.sub("", line.decode("utf-8", "replace")).rstrip("\n")
+        self.chief_lines.append((time.monotonic(), text))
+        super().chief_line(line)
+
+    def chief_first(self, pattern: str, after: float = 0.0) -> float | None:
+        """When the chief's log first had a line matching `pattern` (after `after`, monotonic)."""
+        return next((t for t, line in self.chief_lines if t >= after and re.search(pattern, line)), None)
 
     def planned(self, plan: object, attempt: int) -> None:
         self.plans.append(plan)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributetrain import allreduce, launcher, manifests, naming
+from distributetrain import allreduce, launchsettings, manifests, naming
 from distributetrain.allreduce import Measure
 from distributetrain.errors import InvalidInput
 from distributetrain.hostfile import HostSlots
@@ -93,15 +93,16 @@ def test_a_hang_between_the_chief_and_one_pod_names_that_pod() -> None:
 
 def test_the_launcher_runs_it_when_asked_and_the_manager_asks_for_it() -> None:
     base = {naming.ENV_POD_IP: "10.244.3.2"}
-    assert launcher.parse_settings([], base).preflight is False
-    assert launcher.parse_settings([], {**base, naming.ENV_PREFLIGHT: "true"}).preflight is True
-    settings = launcher.parse_settings([], {**base, naming.ENV_MIN_BUSBW: "2.5"})
+    assert launchsettings.parse_settings([], base).preflight is False
+    assert launchsettings.parse_settings([], {**base, naming.ENV_PREFLIGHT: "true"}).preflight is True
+    settings = launchsettings.parse_settings([], {**base, naming.ENV_MIN_BUSBW: "2.5"})
     assert (settings.preflight, settings.min_busbw) == (True, 2.5)  # a floor turns the check on
-    assert launcher.parse_settings(["--no-preflight"], {**base, naming.ENV_PREFLIGHT: "1"}).preflight is False
+    off = launchsettings.parse_settings(["--no-preflight"], {**base, naming.ENV_PREFLIGHT: "1"})
+    assert off.preflight is False
     with pytest.raises(InvalidInput, match="DT_MIN_BUSBW: 'fast' is not a number"):
-        launcher.parse_settings([], {**base, naming.ENV_MIN_BUSBW: "fast"})
+        launchsettings.parse_settings([], {**base, naming.ENV_MIN_BUSBW: "fast"})
     with pytest.raises(InvalidInput, match="pre-flight sizes: size 'X'"):
-        launcher.parse_settings(["--preflight-sizes", "1M,x"], base)
+        launchsettings.parse_settings(["--preflight-sizes", "1M,x"], base)
     spec = JobSpec.from_sources({"gpus": "6", "image": "i:1", "min_busbw": "10"}, {})
     chief = manifests.chief_pod(spec, entry=_entry(), owner=None)
     env = {e["name"]: e.get("value") for e in chief["spec"]["containers"][0]["env"]}

@@ -65,18 +65,18 @@ def test_one_gpu_rule() -> None:
                                                ("1h30m", 5400.0), ("1.5h", 5400.0), ("500ms", 0.5),
                                                ("1d", 86400.0)])
 def test_one_duration_grammar_for_the_request_and_the_chief(text: str, seconds: float) -> None:
-    from distributetrain import launcher
+    from distributetrain import launchsettings
     from distributetrain.fieldparsers import parse_duration
 
-    assert parse_duration(text) == launcher.parse_duration(text, name="x") == seconds
+    assert parse_duration(text) == launchsettings.parse_duration(text, name="x") == seconds
 
 
 @pytest.mark.parametrize("text", ["soon", "-5", "5x", "1h 30m", "nan"])
 def test_one_duration_grammar_refuses_the_same(text: str) -> None:
-    from distributetrain import launcher
+    from distributetrain import launchsettings
     from distributetrain.fieldparsers import parse_duration
 
     with pytest.raises(ValueError):
         parse_duration(text)
     with pytest.raises(InvalidInput, match=f"x: {text!r}"):
-        launcher.parse_duration(text, name="x")
+        launchsettings.parse_duration(text, name="x")

@@ -52,7 +52,9 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
            "DT_IMAGE_PULL_SECRETS": "regcred, other", "DT_POD_TEMPLATE": str(template),
            "DT_WORKER_TEMPLATE": str(template), "DT_CHIEF_TEMPLATE": "", "DT_CPU_PER_GPU": "500m",
            "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0",
-           "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5"}
+           "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5",
+           "DT_MIN_GPUS": "", "DT_MAX_GPUS": "", "DT_RESTARTS": "2", "DT_REPLACE_TIMEOUT": "5m",
+           "DT_GROW_INTERVAL": "10s"}
     s = JobSpec.from_sources({}, env)
     assert s.pod_template is not None and s.pod_template.metadata == {"annotations": {"team": "ml"}}
     assert s == JobSpec(
@@ -68,9 +70,25 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         image_pull_secrets=("regcred", "other"), pod_template=s.pod_template,
         worker_template=s.worker_template,
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
-        shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), preflight=True, min_busbw=12.5)
+        shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), preflight=True, min_busbw=12.5,
+        restarts=2, replace_timeout=300.0, grow_interval=10.0)
+    assert s.recovery == "restart"
     # every field has its variable, named DT_<FIELD>
     assert {env_name(f.name) for f in dataclasses.fields(JobSpec)} == set(env)
+
+
+def test_elastic_and_restart_requests() -> None:
+    elastic = spec({"min_gpus": "2", "max_gpus": "8"})
+    assert (elastic.recovery, elastic.min_gpus, elastic.max_gpus, elastic.restarts) == ("elastic", 2, 8, 0)
+    assert spec().recovery is None and spec({"min_gpus": "6"}).max_gpus is None
+    text = problems({"min_gpus": "7", "max_gpus": "5", "restarts": "1", "transport": "mpi"})
+    assert "min_gpus: 7 is more than the job's 6 GPU(s)" in text
+    assert "max_gpus: 5 is less than the job's 6 GPU(s)" in text
+    assert "restarts: an elastic job (--min-gpus) goes on without its lost workers" in text
+    assert "transport (mpi): elastic Horovod runs on Gloo only" in text
+    assert "max_gpus: only elastic jobs grow; give --min-gpus too" in problems({"max_gpus": "8"})
+    assert "restarts (--restarts): 101 is outside 0..100" in problems({"restarts": "101"})
+    assert "replace_timeout (--replace-timeout)" in problems({"replace_timeout": "0"})
 
 
 def test_arguments_win_over_environment() -> None:

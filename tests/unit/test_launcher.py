@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import hostfile, launcher, manifests, naming, sshkeys
+from distributetrain import hostfile, launcher, launchsettings, manifests, naming, sshkeys
 from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.jobspec import JobSpec
@@ -119,19 +119,19 @@ def test_horovodruns_failure_report_gives_the_trainings_exit_code() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("120", 120.0), ("90s", 90.0), ("2m", 120.0), ("1.5h", 5400.0),
                                                ("500ms", 0.5)])
 def test_durations(text: str, seconds: float) -> None:
-    assert launcher.parse_duration(text, name="x") == seconds
+    assert launchsettings.parse_duration(text, name="x") == seconds
 
 
 def test_a_bad_duration_names_its_setting() -> None:
     with pytest.raises(InvalidInput, match="ssh timeout: 'soon'"):
-        launcher.parse_duration("soon", name="ssh timeout")
+        launchsettings.parse_duration("soon", name="ssh timeout")
 
 
 def test_settings_from_the_chief_pods_environment() -> None:
     env = {"HOME": "/home/trainer", "DT_POD_IP": "10.244.3.9", "DT_SLOTS": "1", "DT_NUM_PROCESSES": "6",
            "DT_SSH_PORT": "2022", "DT_TRANSPORT": "gloo", "DT_NETWORK_INTERFACE": "eth0",
            "DT_SSH_TIMEOUT": "45", "DT_HOSTFILE": "/etc/distributetrain/hostfile/hostfile"}
-    s = launcher.parse_settings(["--", "python3", "train.py", "--epochs", "3"], env)
+    s = launchsettings.parse_settings(["--", "python3", "train.py", "--epochs", "3"], env)
     got = (s.pod_ip, s.slots, s.num_processes, s.ssh_port, s.transport, s.network_interface, s.ssh_timeout)
     assert got == ("10.244.3.9", 1, 6, 2022, "gloo", "eth0", 45.0)
     assert s.hostfile == Path("/etc/distributetrain/hostfile/hostfile")
@@ -140,7 +140,7 @@ def test_settings_from_the_chief_pods_environment() -> None:
 
 
 def test_settings_defaults_and_arguments_over_the_environment() -> None:
-    s = launcher.parse_settings(["--slots", "2", "--ssh-port", "2200"],
+    s = launchsettings.parse_settings(["--slots", "2", "--ssh-port", "2200"],
                                 {"DT_SLOTS": "1", "DT_SSH_IDENTITY": "/run/key"})
     assert s.slots == 2 and s.ssh_port == 2200 and s.identity_file == Path("/run/key")
     assert s.hostfile == Path(naming.HOSTFILE_MOUNT_PATH) / naming.HOSTFILE_KEY
@@ -150,7 +150,7 @@ def test_settings_defaults_and_arguments_over_the_environment() -> None:
 
 def test_a_non_integer_environment_value_is_named() -> None:
     with pytest.raises(InvalidInput, match="DT_SLOTS: 'two'"):
-        launcher.parse_settings([], {"DT_SLOTS": "two"})
+        launchsettings.parse_settings([], {"DT_SLOTS": "two"})
 
 
 def test_the_launcher_reads_what_the_chief_pod_sets() -> None:
@@ -208,7 +208,7 @@ def test_a_malformed_hostfile_is_named(key: Path, tmp_path: Path, caplog: pytest
 
 
 def test_the_chief_uses_its_ipv4_address_on_a_dual_stack_network() -> None:
-    assert launcher.own_ip({"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"}) == "10.244.3.9"
-    assert launcher.own_ip({"DT_POD_IP": "10.244.3.9"}) == "10.244.3.9"
-    settings = launcher.parse_settings([], {"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"})
+    assert launchsettings.own_ip({"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"}) == "10.244.3.9"
+    assert launchsettings.own_ip({"DT_POD_IP": "10.244.3.9"}) == "10.244.3.9"
+    settings = launchsettings.parse_settings([], {"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"})
     assert settings.pod_ip == "10.244.3.9"

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-gpu-taint", action="store_true", help="do not taint GPU nodes")
     serve.add_argument("--no-network-policy", action="store_true",
                        help="do not enforce NetworkPolicy (process runtime), as a CNI without it")
+    serve.add_argument("--volume-refresh", type=float, default=None, metavar="SECONDS",
+                       help="how often a running pod's Secret/ConfigMap volumes take updates (process "
+                            "runtime; default 60, the kubelet's sync period; 0: never)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=0, help="port to listen on (0: any free port)")
     serve.add_argument("--san", action="append", default=[], help="extra certificate subject names")
@@ -61,13 +64,25 @@ def _pod_security(text: str) -> dict[str, str]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _runtime_options(args: argparse.Namespace) -> dict[str, object]:
+    """What the process runtime is told; the simulated one materialises no volumes and enforces nothing."""
+    if args.runtime != "process":
+        return {}
+    options: dict[str, object] = {"network_policy": False} if args.no_network_policy else {}
+    if args.volume_refresh is not None:
+        if args.volume_refresh < 0:
+            raise SystemExit(f"--volume-refresh {args.volume_refresh:g}: expected 0 or more seconds")
+        options["volume_refresh"] = args.volume_refresh
+    return options
+
+
 async def serve(args: argparse.Namespace) -> None:
     if args.cpu_nodes < 0:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
-                       runtime_options={"network_policy": False} if args.no_network_policy else {},
+                       runtime_options=_runtime_options(args),
                        bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)

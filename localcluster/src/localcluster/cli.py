@@ -93,12 +93,17 @@ def main() -> None:
                    "label differs from the node's name as on EKS.")
 @click.option("--no-network-policy", is_flag=True,
               help="Do not enforce NetworkPolicy (process runtime), like a network plugin without it.")
+@click.option("--volume-refresh", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS",
+              help="How often a running pod's Secret/ConfigMap volumes take updates (process runtime), as "
+                   "the kubelet's sync period; 0: never.")
 @click.option("--node-link", default="", metavar="RATE[,DELAY]",
               help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
                    "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
-       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, node_link: str) -> None:
+       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
+       node_link: str) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -122,7 +127,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
-                                   network_policy=not no_network_policy, node_link=node_link)
+                                   network_policy=not no_network_policy, volume_refresh=volume_refresh,
+                                   node_link=node_link)
     process, url = daemon.start(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

@@ -44,7 +44,7 @@ def tail(path: Path, lines: int = 20) -> str:
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
                   hostname_label_suffix: str = "", network_policy: bool = True,
-                  node_link: str = "") -> list[str]:
+                  volume_refresh: float | None = None, node_link: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -55,6 +55,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
     if node_link:
         command += ["--node-link", node_link]
     command += [] if gpu_taint else ["--no-gpu-taint"]
+    if volume_refresh is not None:
+        command += ["--volume-refresh", f"{volume_refresh:g}"]
     return command if network_policy else [*command, "--no-network-policy"]
 
 

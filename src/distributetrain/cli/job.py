@@ -30,8 +30,9 @@ The flow (docs/manager.md):
   3. create the job's SSH key Secret, a NetworkPolicy, and one worker pod per planned node but the last
   4. wait until every worker is Running and Ready; else delete them, re-plan, retry (exit 71 at the end)
   5. write the hostfile ConfigMap from the workers' IPs, create the chief last; it runs horovodrun
-  6. stream the chief's log here; a worker failing stops the job (exit 70); when the chief ends, delete
-     the workers, the hostfile and the Secret, keep the chief for its log, exit with its exit code
+  6. stream the chief's log here; a worker failing stops the job (exit 70) unless --min-gpus (elastic) or
+     --restarts replace it; when the chief ends, delete the workers, the hostfile and the Secret, keep the
+     chief for its log, exit with its exit code
 """
 
 
@@ -121,6 +122,16 @@ def _request_options(command: F) -> F:
         _opt("--min-busbw", metavar="GBPS", env="DT_MIN_BUSBW",
              help="The pre-flight's bus bandwidth must reach this (GB/s), else exit 76 naming the slowest "
                   "pod; turns the pre-flight on."),
+        _opt("--min-gpus", metavar="M", env="DT_MIN_GPUS",
+             help="Elastic Horovod: train on as few as M GPUs while a lost worker is replaced."),
+        _opt("--max-gpus", metavar="X", env="DT_MAX_GPUS",
+             help="Elastic: grow up to X GPUs when more free up (default: --gpus)."),
+        _opt("--restarts", metavar="K", env="DT_RESTARTS", default="0",
+             help="Relaunch a training whose worker or node was lost up to K times, from its checkpoint."),
+        _opt("--replace-timeout", metavar="DURATION", env="DT_REPLACE_TIMEOUT", default="10m",
+             help="How long lost workers may wait for free GPUs before the job fails (exit 70)."),
+        _opt("--grow-interval", metavar="DURATION", env="DT_GROW_INTERVAL", default="30s",
+             help="How often free GPUs are looked for while the job runs short of its size."),
         click.argument("command_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD ARGS...]"),
     ]
     for option in reversed(options):
@@ -248,32 +259,30 @@ def launch_command(quiet: bool, **params: Any) -> None:
         click.echo(started.job)  # for scripts: JOB=$(distributetrain launch ...)
 
 
-@click.command("posttraining", hidden=True,
-               context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--job-name")
-@click.option("-n", "--namespace")
-@click.option("--keep-chief/--no-keep-chief", default=None)
-@_connection_options
-def posttraining_command(job_name: str | None, namespace: str | None, keep_chief: bool | None,
-                         kubeconfig: str | None, context: str | None) -> None:
-    """PostTraining in a process of its own (DistributeTrain_PostTraining.py): given the same request as
-    PreTraining, it reads only the job's name, namespace and keep-chief from it (arguments, else DT_*
-    variables, else their defaults) and the manager's start time (DT_MANAGER_STARTED_AT); the rest of the
-    request was PreTraining's to validate and act on."""
+@click.command("posttraining", hidden=True)
+@_request_options
+def posttraining_command(**params: Any) -> None:
+    """PostTraining in a process of its own (DistributeTrain_PostTraining.py), given the same request as
+    PreTraining: it reads the job's name, namespace and keep-chief from it (arguments, else DT_* variables,
+    else their defaults) and the manager's start time (DT_MANAGER_STARTED_AT). The rest of the request was
+    PreTraining's to validate and act on; only a job that replaces lost workers (--min-gpus, --restarts)
+    reads it again, to build the replacements."""
     from distributetrain.posttraining import run_posttraining
 
+    keep_chief = params["keep_chief"]
     if keep_chief is None:
         try:
             keep_chief = parse_bool(os.environ.get(env_name("keep_chief"), "true"))
         except ValueError as err:
             raise InvalidInput(f"keep_chief ({env_name('keep_chief')}): {err}") from None
-    kube = _kube(kubeconfig, context)
-    job = _job_name(job_name or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME)
-    namespace = namespace or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE
+    kube = _kube(params["kubeconfig"], params["context"])
+    job = _job_name(params["job_name"] or os.environ.get(env_name("job_name")) or naming.DEFAULT_JOB_NAME)
+    namespace = params["namespace"] or os.environ.get(env_name("namespace")) or naming.DEFAULT_NAMESPACE
     observer = _observer(kube, job=job, namespace=namespace)
     with _closing(observer):
         code = run_posttraining(kube, job=job, namespace=namespace, keep_chief=keep_chief,
-                                started_at=_started_at(), reporter=observer)
+                                started_at=_started_at(), reporter=observer, request=lambda: _spec(params),
+                                owner=ManagerIdentity.from_env(os.environ))
     sys.exit(code)
 
 
@@ -303,8 +312,14 @@ def wait_command(job: str | None, namespace: str, kubeconfig: str | None, contex
     """PostTraining: stream JOB's chief log until it ends, clean up, exit with its exit code."""
     from distributetrain.posttraining import run_posttraining
 
-    sys.exit(run_posttraining(_kube(kubeconfig, context), job=_job_name(job), namespace=namespace,
-                              keep_chief=keep_chief, started_at=None))
+    name, kube = _job_name(job), _kube(kubeconfig, context)
+    chief = kube.get("pods", namespace, naming.chief_name(name))
+    mode = podstatus.annotation(chief, naming.RECOVERY_ANNOTATION) if chief else None
+    if mode:
+        raise InvalidInput(f"JOB: job {name} is {mode}: its supervisor replaces lost workers from the job's "
+                           "request, which `wait` does not have; the manager that launched it (`run`, or "
+                           "Manager.sh) supervises it. Nothing was changed")
+    sys.exit(run_posttraining(kube, job=name, namespace=namespace, keep_chief=keep_chief, started_at=None))
 
 
 @click.command("status")

@@ -192,7 +192,7 @@ async def test_pod_sees_its_env_hostname_ip_and_volumes(cluster: tuple[ProcessRu
               "echo ENV=$POD_NAME,$POD_NS,$POD_IP,$NODE,$GREETING,$FROM_CM,$NVIDIA_VISIBLE_DEVICES,"
               "$CFG_other; "
               "echo KEY=$(cat /etc/distributetrain/ssh/id_ed25519); "
-              "echo MODE=$(stat -c %a /etc/distributetrain/ssh/id_ed25519); "
+              "echo MODE=$(stat -L -c %a /etc/distributetrain/ssh/id_ed25519); "
               "echo HOSTFILE=$(cat /etc/distributetrain/hostfile/hostfile); "
               "ls /etc/distributetrain/hostfile; "
               "echo LABELS=$(cat /etc/podinfo/labels); echo SA=$(cat /var/run/secrets/kubernetes.io/"

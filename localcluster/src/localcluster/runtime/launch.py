@@ -22,6 +22,7 @@ from localcluster.runtime.volumes import (
     PodContext,
     container_mounts,
     materialise,
+    refresh,
     service_account_files,
     wants_service_account,
 )
@@ -64,6 +65,13 @@ class Launcher:
         (run.dir / "etc-hosts").write_text(run.hosts_file())
         (run.dir / "etc-hostname").write_text(run.hostname + "\n")
         return out
+
+    def refresh_volumes(self, run: PodRun) -> list[str]:
+        """Bring the pod's secret, configMap, downwardAPI and projected volumes up to date (the kubelet's
+        periodic sync); the names of those that changed."""
+        ctx = self._context(run)
+        return [v["name"] for v in run.pod["spec"].get("volumes") or []
+                if refresh(v, ctx=ctx, get=self.host.get, pod_dir=run.dir)]
 
     def assign_gpus(self, run: PodRun) -> None:
         """Distinct GPU indices of the node for each container asking for some, as the device plugin does."""

@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import sys
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 RETRY_SECONDS = 1.0
+VOLUME_REFRESH = 60.0
 
 
 async def _exited(proc: asyncio.subprocess.Process, seconds: float) -> bool:
@@ -62,7 +64,8 @@ class ProcessRuntime:
     def __init__(self, *, network: str = "auto", images: ImageRegistry | None = None,
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
                  shutdown_grace: float = 2.0, network_policy: bool = True,
-                 memory_limits: bool = True, node_link: str = "") -> None:
+                 memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH,
+                 node_link: str = "") -> None:
         root = os.geteuid() == 0
         self.user_namespace = not root and can_use_userns()
         self.network = ClusterNetwork(mode=network if network != "auto" else (
@@ -80,6 +83,9 @@ class ProcessRuntime:
         self.restart_backoff = restart_backoff
         self.max_backoff = max_backoff
         self.shutdown_grace = shutdown_grace
+        # how often a running pod's secret/configMap/downwardAPI/projected volumes are brought up to date: the
+        # kubelet's sync period (1 minute) is what a real cluster's updates wait for; 0: never
+        self.volume_refresh = volume_refresh
         self.pods: dict[str, PodRun] = {}              # by uid
         self.failed_nodes: set[str] = set()
         self._host: RuntimeHost | None = None
@@ -216,7 +222,7 @@ class ProcessRuntime:
             await self._report(run)
             await self._ensure_forwarder()
             run.volumes = await self._retry(run, lambda: self.launcher.volumes(run))
-            self.launcher.assign_gpus(run)
+            await self._assign_gpus(run)
             for ctr in run.init:
                 if not await self._run_init(run, ctr):
                     return
@@ -224,6 +230,8 @@ class ProcessRuntime:
             await self._report(run)
             for ctr in run.app:
                 run.spawn(self._supervise(run, ctr))
+            if self.volume_refresh > 0:
+                run.spawn(self._refresh_volumes(run))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a pod that cannot be set up fails; the runtime goes on
@@ -233,6 +241,20 @@ class ProcessRuntime:
                 if not ctr.view.is_terminated:
                     ctr.view.state = ps.waiting("RunContainerError", str(e))
             await self._report(run)
+
+    async def _refresh_volumes(self, run: PodRun) -> None:
+        """The kubelet's periodic sync of a running pod's volumes: every `volume_refresh` seconds, from a
+        random phase (pods started together do not refresh together), an update lands atomically."""
+        await asyncio.sleep(random.uniform(0, self.volume_refresh))
+        while not (run.deleting or run.lost):
+            try:
+                changed = self.launcher.refresh_volumes(run)
+            except (OSError, ValueError) as e:
+                log.warning("pod %s/%s: volumes not refreshed: %s", run.namespace, run.name, e)
+            else:
+                if changed:
+                    log.info("pod %s/%s: volumes %s updated", run.namespace, run.name, ", ".join(changed))
+            await asyncio.sleep(self.volume_refresh)
 
     async def _retry(self, run: PodRun, make: Any) -> Any:
         """Wait, like the kubelet, for referenced Secrets/ConfigMaps that do not exist yet."""
@@ -244,6 +266,19 @@ class ProcessRuntime:
                     ctr.view.state = ps.waiting("ContainerCreating", f"MountVolume.SetUp failed: {e}")
                 await self._report(run)
                 await asyncio.sleep(RETRY_SECONDS)
+
+    async def _assign_gpus(self, run: PodRun) -> None:
+        """The node's devices for the pod. A real kubelet counts only active pods' devices as taken, so a pod
+        being deleted (even without grace) does not keep a newcomer out: wait here until its processes end
+        and release theirs, rather than refuse the newcomer."""
+        while True:
+            try:
+                self.launcher.assign_gpus(run)
+                return
+            except RuntimeError:
+                if not any(r.deleting and r.node == run.node for r in self.pods.values() if r is not run):
+                    raise
+            await asyncio.sleep(RETRY_SECONDS / 10)
 
     async def _run_init(self, run: PodRun, ctr: ContainerRun) -> bool:
         """Run an init container to success (restarting it unless restartPolicy is Never)."""

@@ -4,8 +4,11 @@ Every volume is materialised once per pod under the pod's directory (emptyDir, s
 projected, the service-account token), except hostPath (the host path itself) and persistentVolumeClaim (one
 directory per claim under the cluster's state dir, kept across pods until `localcluster down`; the claim must
 exist). A memory-backed emptyDir is a tmpfs (runtime/tmpfs.py). The sandbox (runtime/sandbox.py) bind-mounts
-them inside the container's private mount namespace. Secret and configMap contents are written when the pod
-starts and not refreshed afterwards. With the pod's `fsGroup`, a volume's files belong to that group and are
+them inside the container's private mount namespace. Secret, configMap, downwardAPI and projected contents
+are written as the kubelet's AtomicWriter writes them (the files in a `..<time>` directory, `..data` a symlink
+to it, each top-level name a symlink through `..data`), so an update (`refresh`, which the runtime calls every
+`volume_refresh` seconds) swaps every file at once with one rename. With the pod's `fsGroup`, a volume's files
+belong to that group and are
 group-readable (secret, configMap, downwardAPI, projected) or readable and writable (emptyDir,
 persistentVolumeClaim), directories setgid, as the kubelet's SetVolumeOwnership makes them: a non-root
 container reads a Secret mounted with mode 0400 through its group, the mode becoming 0440.
@@ -14,8 +17,11 @@ container reads a Secret mounted with mode 0400 through its group, the mode beco
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import shutil
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,6 +32,8 @@ from localcluster.runtime.tmpfs import is_memory_backed, memory_volume_bytes, mo
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_VOLUME = "kube-api-access"
+# the volumes the kubelet keeps current while the pod runs
+REFRESHED = ("secret", "configMap", "downwardAPI", "projected")
 
 
 @dataclass(frozen=True)
@@ -47,14 +55,66 @@ class PodContext:
     token: str
 
 
-def _write(directory: Path, files: Mapping[str, bytes], modes: Mapping[str, int], default_mode: int) -> None:
+DATA_LINK = "..data"
+
+
+def _owned_mode(mode: int, fs_group: Any) -> int:
+    """A file's mode once set_ownership has given the fsGroup read access."""
+    return mode | _RO_MASK if fs_group is not None and os.geteuid() == 0 else mode
+
+
+def _payload_of(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """What an AtomicWriter directory holds now: relative path -> (content, mode)."""
+    data = directory / DATA_LINK
+    if not data.is_symlink():
+        return {}
+    root = directory / os.readlink(data)
+    return {str(path.relative_to(root)): (path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
+            for path in root.rglob("*") if path.is_file()}
+
+
+def write_atomic(directory: Path, files: Mapping[str, bytes], modes: Mapping[str, int], default_mode: int,
+                 *, fs_group: Any = None) -> bool:
+    """Write `files` as the kubelet's AtomicWriter does (pkg/volume/util/atomic_writer.go): into a fresh
+    `..<time>` directory, then `..data` swapped to it by one rename, every top-level name a symlink through
+    `..data`; the old directory removed last. A reader sees the old files or the new, never a mix. Returns
+    False (and writes nothing) when the content and modes are what the directory already holds."""
+    wanted: dict[str, tuple[bytes, int]] = {}
     for rel, content in files.items():
-        target = directory / PurePosixPath(rel)
-        if ".." in PurePosixPath(rel).parts or PurePosixPath(rel).is_absolute():
+        parts = PurePosixPath(rel)
+        if ".." in parts.parts or parts.is_absolute() or not parts.parts:
             raise ValueError(f"volume item path {rel!r} must be relative and must not contain '..'")
+        wanted[str(parts)] = (content, modes.get(rel, default_mode))
+    data = directory / DATA_LINK
+    old = os.readlink(data) if data.is_symlink() else None
+    if old is not None and _payload_of(directory) == {
+            rel: (content, _owned_mode(mode, fs_group)) for rel, (content, mode) in wanted.items()}:
+        return False
+    stamp = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.monotonic_ns() % 10**9:09d}"
+    stamp.mkdir()
+    os.chmod(stamp, 0o755)
+    for rel, (content, mode) in wanted.items():
+        target = stamp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
-        os.chmod(target, modes.get(rel, default_mode))
+        os.chmod(target, mode)
+    set_ownership(stamp, fs_group, read_only=True)
+    temporary = directory / "..data_tmp"
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    temporary.symlink_to(stamp.name)
+    os.replace(temporary, data)  # the one atomic step: every file changes at once
+    tops = {PurePosixPath(rel).parts[0] for rel in wanted}
+    for top in tops:
+        link = directory / top
+        if not link.is_symlink():
+            link.symlink_to(f"{DATA_LINK}/{top}")
+    for entry in directory.iterdir():
+        if entry.is_symlink() and entry.name not in tops and entry.name != DATA_LINK:
+            entry.unlink()  # a key the update removed
+    if old is not None:
+        shutil.rmtree(directory / old, ignore_errors=True)
+    return True
 
 
 def _keyed(data: Mapping[str, bytes], items: list[dict[str, Any]] | None, what: str,
@@ -136,19 +196,49 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
         claim.mkdir(parents=True, exist_ok=True)
         set_ownership(claim, fs_group, read_only=False)
         return str(claim)
+    payload = _payload(volume, ctx=ctx, get=get, namespace=namespace)
+    target.mkdir(parents=True, exist_ok=True)
+    if is_memory_backed(volume):
+        mount_tmpfs(target, memory_volume_bytes(volume, ctx.pod, ctx.allocatable.get("memory")))
+    os.chmod(target, 0o777 if "emptyDir" in volume else 0o755)
+    if payload is not None:
+        write_atomic(target, *payload, fs_group=fs_group)
+    set_ownership(target, fs_group, read_only="emptyDir" not in volume)
+    return str(target)
+
+
+def refresh(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_dir: Path) -> bool:
+    """Bring a secret, configMap, downwardAPI or projected volume up to date with its sources, as the
+    kubelet's periodic sync does; True when its files changed. A source that went away leaves the files as
+    they were."""
+    if not any(kind in volume for kind in REFRESHED):
+        return False
+    target = pod_dir / "volumes" / volume["name"]
+    namespace = ctx.pod.get("metadata", {}).get("namespace", "default")
+    try:
+        payload = _payload(volume, ctx=ctx, get=get, namespace=namespace)
+    except NotReadyYet:
+        return False
+    if payload is None or not target.is_dir():
+        return False
+    fs_group = ((ctx.pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")
+    return write_atomic(target, *payload, fs_group=fs_group)
+
+
+def _payload(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, namespace: str
+             ) -> tuple[dict[str, bytes], dict[str, int], int] | None:
+    """The files (with their modes, and the default mode) of a volume made of files; None for emptyDir."""
     files: dict[str, bytes] = {}
     modes: dict[str, int] = {}
-    default_mode = 0o644
     if "secret" in volume or "configMap" in volume:
         secret = "secret" in volume
         source = volume["secret"] if secret else volume["configMap"]
         files, modes = _object_files(get, namespace, source, secret, ctx.ca_cert_pem)
-        default_mode = int(source.get("defaultMode", 0o644))
-    elif "downwardAPI" in volume:
+        return files, modes, int(source.get("defaultMode", 0o644))
+    if "downwardAPI" in volume:
         files, modes = _downward_files(ctx, volume["downwardAPI"].get("items") or [])
-        default_mode = int(volume["downwardAPI"].get("defaultMode", 0o644))
-    elif "projected" in volume:
-        default_mode = int(volume["projected"].get("defaultMode", 0o644))
+        return files, modes, int(volume["downwardAPI"].get("defaultMode", 0o644))
+    if "projected" in volume:
         for source in volume["projected"].get("sources") or []:
             more: dict[str, bytes]
             more_modes: dict[str, int] = {}
@@ -165,16 +255,11 @@ def materialise(volume: Mapping[str, Any], *, ctx: PodContext, get: Getter, pod_
                 continue
             files.update(more)
             modes.update(more_modes)
-    elif "emptyDir" not in volume:
+        return files, modes, int(volume["projected"].get("defaultMode", 0o644))
+    if "emptyDir" not in volume:
         raise ValueError(f"volume {volume['name']}: only emptyDir, secret, configMap, downwardAPI, "
                          "projected, hostPath and persistentVolumeClaim volumes are emulated locally")
-    target.mkdir(parents=True, exist_ok=True)
-    if is_memory_backed(volume):
-        mount_tmpfs(target, memory_volume_bytes(volume, ctx.pod, ctx.allocatable.get("memory")))
-    os.chmod(target, 0o777 if "emptyDir" in volume else 0o755)
-    _write(target, files, modes, default_mode)
-    set_ownership(target, fs_group, read_only="emptyDir" not in volume)
-    return str(target)
+    return None
 
 
 _RW_MASK, _RO_MASK, _EXEC_MASK = 0o660, 0o440, 0o110
