@@ -133,3 +133,33 @@ async def test_non_root_pod_runs_from_a_checkout_under_a_closed_directory(tmp_pa
         assert stat.S_IMODE(closed_checkout.stat().st_mode) == 0o700
     finally:
         await runtime.shutdown()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("uid", [65532, 0])
+async def test_a_volume_over_the_checkouts_parent_leaves_the_image_in_place(
+        tmp_path: Path, closed_checkout: Path, uid: int) -> None:
+    """A pod's emptyDir at /tmp (the manager's, for its state file) while the venv standing in for the
+    image lies under /tmp (a clone in mktemp -d): on a node the image sits in /usr and /opt, out of reach,
+    so the container still runs its interpreter and imports the project, and /tmp is the pod's own volume."""
+    venv_bin = closed_checkout / "checkout" / ".venv" / "bin"
+    top = "/" + closed_checkout.parts[1]  # "/tmp": the directory the volume is mounted on
+    host = StandInHost(tmp_path / "state")
+    host.state_dir.mkdir()
+    runtime = ProcessRuntime(network="netns", venv_bin=str(venv_bin))
+    await runtime.start(host)
+    try:
+        # the directory holding the checkout is made in the volume to hold the bind; the rest is the pod's
+        code = (f"import os, sys, distributetrain; print('PREFIX', sys.prefix); "
+                f"open('{top}/mine', 'w').write('x'); "
+                f"print('VOLUME', sorted(set(os.listdir('{top}')) - {{'{closed_checkout.name}'}}))")
+        spec = pod(f"covered-{uid}", "node-1",
+                   [{"name": "main", "image": "busybox:1.36", "command": ["python", "-c", code],
+                     "volumeMounts": [{"name": "scratch", "mountPath": top}]}],
+                   volumes=[{"name": "scratch", "emptyDir": {}}],
+                   securityContext={"runAsUser": uid, "runAsGroup": uid, "fsGroup": 2000})
+        out = await _run(runtime, host, spec)
+        assert f"PREFIX {venv_bin.parent}" in out, out
+        assert "VOLUME ['mine']" in out, out  # the pod's own volume, not the host's /tmp
+    finally:
+        await runtime.shutdown()

@@ -164,6 +164,7 @@ class Launcher:
             "no_new_privs": user.no_new_privs, "stdin": bool(ctr.spec.get("stdin")),
             "reveal": image_directories([os.path.dirname(self.venv_bin)]) if switch and not user.is_root
             else [],
+            "image_dirs": image_directories([os.path.dirname(self.venv_bin)]),
         }
 
 

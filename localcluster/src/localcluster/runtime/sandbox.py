@@ -236,13 +236,31 @@ def build_root(spec: dict[str, Any]) -> str:
             shutil.copy2(source, target)
         if mode is not None:
             os.chmod(target, mode)
-    for source, dest, read_only in spec.get("mounts", []):
+    mounts = spec.get("mounts", [])
+    covered = held_under(root, spec.get("image_dirs") or [], [dest for _, dest, _ in mounts])
+    for source, dest, read_only in mounts:
         target = resolve(root, dest, "dir" if os.path.isdir(source) else "file", binds)
         mount(source, target, None, MS_BIND | MS_REC)
         if read_only:
             mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+    for path, fd in covered.items():
+        # In an image the interpreter and the venv sit in /usr or /opt, where no pod volume goes; here they
+        # may sit under /tmp (a clone in mktemp -d), which a pod's emptyDir at /tmp would hide: bound back on
+        # top of the volume (a directory of that path is made in it to hold the bind).
+        os.makedirs(root + path, 0o755, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", root + path, None, MS_BIND | MS_REC)
+        os.close(fd)
     resolve(root, spec.get("workdir") or "/", "dir", binds)
     return root
+
+
+def held_under(root: str, image_dirs: list[str], dests: list[str]) -> dict[str, int]:
+    """The image stand-in directories that a pod volume mounted at one of `dests` (a directory above them)
+    would hide, each held open (O_PATH) before the volume covers it."""
+    under = [path for path in image_dirs
+             if any(path.startswith(os.path.normpath(dest).rstrip("/") + "/") for dest in dests)]
+    return {path: os.open(root + path, os.O_PATH | os.O_DIRECTORY) for path in under
+            if os.path.isdir(root + path)}
 
 
 def run_child(spec: dict[str, Any], root: str | None, log_fd: int, report_fd: int) -> None:
