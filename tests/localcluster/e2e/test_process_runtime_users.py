@@ -19,6 +19,7 @@ import pytest
 from test_process_runtime import StandInHost, cluster, phase, pod, read_logs, state
 
 from localcluster.runtime.process import ProcessRuntime
+from localcluster.runtime.runas import image_directories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="mount and PID namespaces need root")]
@@ -144,15 +145,19 @@ async def test_a_volume_over_the_checkouts_parent_leaves_the_image_in_place(
     so the container still runs its interpreter and imports the project, and /tmp is the pod's own volume."""
     venv_bin = closed_checkout / "checkout" / ".venv" / "bin"
     top = "/" + closed_checkout.parts[1]  # "/tmp": the directory the volume is mounted on
+    # in the volume: what the pod writes, and a directory holding each image directory bound back (the
+    # closed checkout's; this project's own too when it is checked out under /tmp); never the host's files
+    holders = {path.split("/")[2] for path in image_directories([str(venv_bin.parent)])
+               if path.startswith(top + "/")}
+    handle, sentinel = tempfile.mkstemp(dir=top, prefix="dt-host-only-")
+    os.close(handle)
     host = StandInHost(tmp_path / "state")
     host.state_dir.mkdir()
     runtime = ProcessRuntime(network="netns", venv_bin=str(venv_bin))
     await runtime.start(host)
     try:
-        # the directory holding the checkout is made in the volume to hold the bind; the rest is the pod's
         code = (f"import os, sys, distributetrain; print('PREFIX', sys.prefix); "
-                f"open('{top}/mine', 'w').write('x'); "
-                f"print('VOLUME', sorted(set(os.listdir('{top}')) - {{'{closed_checkout.name}'}}))")
+                f"open('{top}/mine', 'w').write('x'); print('VOLUME', sorted(os.listdir('{top}')))")
         spec = pod(f"covered-{uid}", "node-1",
                    [{"name": "main", "image": "busybox:1.36", "command": ["python", "-c", code],
                      "volumeMounts": [{"name": "scratch", "mountPath": top}]}],
@@ -160,6 +165,8 @@ async def test_a_volume_over_the_checkouts_parent_leaves_the_image_in_place(
                    securityContext={"runAsUser": uid, "runAsGroup": uid, "fsGroup": 2000})
         out = await _run(runtime, host, spec)
         assert f"PREFIX {venv_bin.parent}" in out, out
-        assert "VOLUME ['mine']" in out, out  # the pod's own volume, not the host's /tmp
+        assert f"VOLUME {sorted(holders | {'mine'})}" in out, out  # the pod's own volume, not the host's /tmp
+        assert os.path.basename(sentinel) not in out
     finally:
+        os.unlink(sentinel)
         await runtime.shutdown()
