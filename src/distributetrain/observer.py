@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
 from distributetrain import events, joblog, jobstate, podstatus, progress
+from distributetrain.errors import Interrupted
 from distributetrain.events import ObjectRef
 from distributetrain.hostfile import HostSlots
 from distributetrain.jobspec import ManagerIdentity
@@ -33,11 +34,15 @@ F = TypeVar("F", bound=Callable[..., None])
 
 
 def _never_raises(hook: F) -> F:
-    """A hook that fails (a bug here, a surprising object) is said once in the log; the job goes on."""
+    """A hook that fails (a bug here, a surprising object) is said once in the log; the job goes on. A signal
+    that lands while a hook runs (signals.py raises it as Interrupted wherever the main thread is) is not a
+    failure of the hook: it goes on up, so the job is cleaned up and ends as the signal asks."""
     @functools.wraps(hook)
     def guarded(self: Observer, *args: Any, **kwargs: Any) -> None:
         try:
             hook(self, *args, **kwargs)
+        except Interrupted:
+            raise
         except Exception as err:
             if not self._hook_failed:
                 self._hook_failed = True

@@ -4,8 +4,14 @@ raises into the job, and says so once."""
 from __future__ import annotations
 
 import io
+import os
+import signal
+from typing import Any
 
-from distributetrain import jobstate
+import pytest
+
+from distributetrain import jobstate, signals
+from distributetrain.errors import Interrupted
 from distributetrain.observer import Observer
 
 
@@ -39,3 +45,23 @@ def test_a_hook_that_fails_never_raises_and_is_said_once() -> None:
     assert log.count("could not record the step") == 1, log
     assert "could not record the step pods_ready (AttributeError" in log
     assert seen.state.phase == "Failed"
+
+
+class SignalledWhileRead(dict[str, Any]):
+    """A pod whose reading is where SIGTERM lands: the signal arrives while a hook runs."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return super().get(key, default)
+
+
+def test_a_signal_during_a_hook_is_not_swallowed() -> None:
+    # found by make test on a fresh clone: SIGTERM landing in the pod_created hook was said as "could not
+    # record the step" and the manager went on waiting for its gang instead of cleaning up
+    seen = observer()
+    pod = SignalledWhileRead(metadata={"name": "j-worker-0", "namespace": "d", "uid": "u"},
+                             spec={"nodeName": "node-1"})
+    with signals.raising_interrupted(), pytest.raises(Interrupted, match="received SIGTERM"):
+        seen.pod_created(pod)
+    seen.close()
+    assert "could not record the step" not in seen.stream.getvalue()
