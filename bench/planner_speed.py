@@ -1,6 +1,6 @@
 """How long one placement decision takes: `planner.plan` at 100, 1,000 and 10,000 nodes.
 
-Clusters are drawn from published GPU fleets (see /work/shared/ANCHORS.md): all 8-GPU nodes (SenseTime
+Clusters are drawn from published GPU fleets (the traces docs/benchmarks.md cites): all 8-GPU nodes (SenseTime
 Helios), or the Alibaba 2023 mix (617 x 8, 518 x 2, 54 x 4, 24 x 1 per 1,213 nodes), each node partly busy.
 Request sizes follow the Helios job mix, plus large jobs (64-512 GPUs) that span many nodes and, with racks,
 several racks. Each decision is timed alone (wall clock and this thread's CPU time around one plan() call,

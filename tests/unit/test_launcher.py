@@ -128,14 +128,15 @@ def test_a_bad_duration_names_its_setting() -> None:
 
 
 def test_settings_from_the_chief_pods_environment() -> None:
-    env = {"HOME": "/home/trainer", "DT_POD_IP": "10.244.3.9", "DT_SLOTS": "1", "DT_NUM_PROCESSES": "6",
+    home = f"/home/{naming.IMAGE_USER}"  # the base image's user's home, inside the chief's container
+    env = {"HOME": home, "DT_POD_IP": "10.244.3.9", "DT_SLOTS": "1", "DT_NUM_PROCESSES": "6",
            "DT_SSH_PORT": "2022", "DT_TRANSPORT": "gloo", "DT_NETWORK_INTERFACE": "eth0",
            "DT_SSH_TIMEOUT": "45", "DT_HOSTFILE": "/etc/distributetrain/hostfile/hostfile"}
     s = launchsettings.parse_settings(["--", "python3", "train.py", "--epochs", "3"], env)
     got = (s.pod_ip, s.slots, s.num_processes, s.ssh_port, s.transport, s.network_interface, s.ssh_timeout)
     assert got == ("10.244.3.9", 1, 6, 2022, "gloo", "eth0", 45.0)
     assert s.hostfile == Path("/etc/distributetrain/hostfile/hostfile")
-    assert s.identity_file == Path("/home/trainer/.ssh/id_ed25519")
+    assert s.identity_file == Path(home) / ".ssh" / "id_ed25519"
     assert s.command == ("python3", "train.py", "--epochs", "3")
 
 
