@@ -99,12 +99,13 @@ def phase_table(log: str, *, applied: float) -> list[dict[str, Any]]:
     return rows
 
 
-def manager_manifest(epochs: int) -> str:
-    """manifests/DistributeTrain_Manager.yaml as the demo applies it, with a short training (DT_COMMAND)."""
+def manager_manifest(epochs: int, *, extra_env: Sequence[dict[str, str]] = ()) -> str:
+    """manifests/DistributeTrain_Manager.yaml as the demo applies it, with a short training (DT_COMMAND) and
+    `extra_env` added to the manager's environment."""
     pod: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "DistributeTrain_Manager.yaml").read_text())
     container = pod["spec"]["containers"][0]
-    container["env"] = [*container.get("env", []), {
-        "name": "DT_COMMAND", "value": f"python3 /opt/distributetrain/Train.py --epochs {epochs}"}]
+    command = {"name": "DT_COMMAND", "value": f"python3 /opt/distributetrain/Train.py --epochs {epochs}"}
+    container["env"] = [*container.get("env", []), command, *extra_env]
     return yaml.safe_dump(pod)
 
 
@@ -117,21 +118,24 @@ def _run(argv: Sequence[str], *, env: dict[str, str], input: str | None = None,
     return done.stdout
 
 
-def run_once(*, epochs: int) -> dict[str, Any]:
-    """One demo: cluster up, apply, the manager to its end, cluster down. Its log, phases and wall time."""
+def run_manager(manifest: str, *, prefix: str, pod_security: bool) -> tuple[str, str, float]:
+    """The shipped manager on a fresh local cluster of processes (nodes 5, 3, 2): cluster up, the RBAC and
+    the template applied (and first, with `pod_security`, the demo namespace's levels, as scripts/demo.sh),
+    `manifest` applied, the manager followed to its end, cluster down. Its phase, its log and when it was
+    applied (unix time)."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
-    started = time.time()
-    with tempfile.TemporaryDirectory(prefix="distributetrain-phases-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         kubectl = [str(BIN / "kubectl"), "--kubeconfig", f"{tmp}/kubeconfig", "--cache-dir", f"{tmp}/cache"]
         local = [str(BIN / "localcluster")]
         _run([*local, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp], env=env)
-        try:  # as scripts/demo.sh: the namespace's Pod Security levels, the RBAC, the template, the manager
-            _run([*kubectl, "apply", "--server-side", "-f", str(ROOT / "scripts" / "demo-namespace.yaml")],
-                 env=env)
+        try:
+            if pod_security:
+                namespace = ROOT / "scripts" / "demo-namespace.yaml"
+                _run([*kubectl, "apply", "--server-side", "-f", str(namespace)], env=env)
             _run([*kubectl, "apply", "-f", str(ROOT / "rbac"), "-f",
                   str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml")], env=env)
             applied = time.time()
-            _run([*kubectl, "apply", "-f", "-"], env=env, input=manager_manifest(epochs))
+            _run([*kubectl, "apply", "-f", "-"], env=env, input=manifest)
             phase = ""
             while phase not in ("Succeeded", "Failed"):
                 if time.time() - applied > TIMEOUT:
@@ -141,6 +145,14 @@ def run_once(*, epochs: int) -> dict[str, Any]:
             log = _run([*kubectl, "logs", MANAGER], env=env)
         finally:
             _run([*local, "down", "--dir", tmp], env=env)
+    return phase, log, applied
+
+
+def run_once(*, epochs: int) -> dict[str, Any]:
+    """One demo: cluster up, apply, the manager to its end, cluster down. Its log, phases and wall time."""
+    started = time.time()
+    phase, log, applied = run_manager(manager_manifest(epochs), prefix="distributetrain-phases-",
+                                      pod_security=True)
     wall = time.time() - started
     if phase != "Succeeded":
         raise RuntimeError(f"the manager pod ended {phase}; its log ends:\n{log[-3000:]}")

@@ -16,21 +16,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
+from bench import demo_phases
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 RUNS = 2
-MANAGER = "distributetrain-manager"
-TIMEOUT = 900.0
 FEW_SECONDS = 5.0  # the issue's "on by default if it costs under a few seconds"
 
 _SIZE = re.compile(r"INFO pre-flight (\d+ [KMG]iB) over (\d+) ranks \((\w+)\): ([0-9.]+) ms, "
@@ -56,46 +48,11 @@ def read_log(log: str) -> dict[str, Any]:
     return {"sizes": sizes, "pairs": pairs, "took_s": took}
 
 
-def manager_manifest(epochs: int) -> str:
-    pod: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    container = pod["spec"]["containers"][0]
-    container["env"] = [*container.get("env", []),
-                        {"name": "DT_COMMAND",
-                         "value": f"python3 /opt/distributetrain/Train.py --epochs {epochs}"},
-                        {"name": "DT_PREFLIGHT", "value": "true"}]
-    return yaml.safe_dump(pod)
-
-
-def _run(argv: Sequence[str], *, env: dict[str, str], input: str | None = None,
-         timeout: float = 120.0) -> str:
-    done = subprocess.run(list(argv), input=input, env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {done.stderr[-2000:]}")
-    return done.stdout
-
-
 def run_once(*, epochs: int = 1) -> dict[str, Any]:
     """One job with the check: cluster up, apply, the manager to its end, cluster down."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}"}
-    with tempfile.TemporaryDirectory(prefix="distributetrain-preflight-") as tmp:
-        kubectl = [str(BIN / "kubectl"), "--kubeconfig", f"{tmp}/kubeconfig", "--cache-dir", f"{tmp}/cache"]
-        cluster = [str(BIN / "localcluster")]
-        _run([*cluster, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp], env=env)
-        try:
-            _run([*kubectl, "apply", "-f", str(ROOT / "rbac"), "-f",
-                  str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml")], env=env)
-            applied = time.time()
-            _run([*kubectl, "apply", "-f", "-"], env=env, input=manager_manifest(epochs))
-            phase = ""
-            while phase not in ("Succeeded", "Failed"):
-                if time.time() - applied > TIMEOUT:
-                    raise RuntimeError(f"the manager did not end within {TIMEOUT:g}s")
-                time.sleep(1.0)
-                phase = _run([*kubectl, "get", "pod", MANAGER, "-o", "jsonpath={.status.phase}"], env=env)
-            log = _run([*kubectl, "logs", MANAGER], env=env)
-        finally:
-            _run([*cluster, "down", "--dir", tmp], env=env)
+    manifest = demo_phases.manager_manifest(epochs, extra_env=[{"name": "DT_PREFLIGHT", "value": "true"}])
+    phase, log, applied = demo_phases.run_manager(manifest, prefix="distributetrain-preflight-",
+                                                  pod_security=False)
     if phase != "Succeeded":
         raise RuntimeError(f"the manager pod ended {phase}; its log ends:\n{log[-3000:]}")
     first = _FIRST_STEP.search(log)
