@@ -85,7 +85,7 @@ worker() {
 
 launcher() {
     install_keys launcher
-    exec "${DT_PYTHON:-python3}" -m distributetrain.launcher "$@"
+    exec "${DT_PYTHON:-python3}" -m distributetrain.chief.launcher "$@"
 }
 
 mode=${1:-worker}

@@ -5,10 +5,11 @@ so its resident memory is measured alone and the client does not share its event
 the official `kubernetes` client over HTTPS:
 - create throughput: pods created by 8 client threads (each bound with spec.nodeName, so the kubelet's
   admission runs but the scheduler does not: scheduling 10,000 pods one by one is a separate concern);
-- list: first the path the manager really takes, `distributetrain.k8s.list_nodes_and_pods` (all nodes, then
-  the pods not Succeeded or Failed, raw JSON with `_preload_content=False`, pages of k8s.DEFAULT_PAGE_SIZE,
-  each page decoded slim by slimpods.py with the cyclic GC paused); then variants that decode every field of
-  every pod: `k8s.Kube.list("pods")` with orjson (pages of 5,000 and of 500, kubectl's --chunk-size), the HTTP
+- list: first the path the manager really takes, `distributetrain.kube.gateway.list_nodes_and_pods` (all
+  nodes, then the pods not Succeeded or Failed, raw JSON with `_preload_content=False`, pages of
+  k8s.DEFAULT_PAGE_SIZE, each page decoded slim by slimpods.py with the cyclic GC paused); then variants that
+  decode every field of every pod: `k8s.Kube.list("pods")` with orjson (pages of 5,000 and of 500, kubectl's
+  --chunk-size), the HTTP
   exchange alone (request sent to last byte read: the server's part), one unpaginated raw-JSON list with the
   GC on and paused, pages of 500 with the GC on and paused, and the client's model deserialization;
 - watch latency: from just before a PATCH is sent to the watch event arriving on another connection;
@@ -40,7 +41,7 @@ import orjson
 from kubernetes import client, config, watch
 
 from bench.clienttypes import as_body, raw
-from distributetrain.k8s import Kube, list_nodes_and_pods
+from distributetrain.kube.gateway import Kube, list_nodes_and_pods
 from localcluster import daemon
 
 

@@ -243,8 +243,8 @@ def _method() -> str:
   (a flat 30% per extra node) is run as a sensitivity check.
 - **Ideal bound**: the same trace with all GPUs pooled and no cost for spanning. Under strict FCFS it starts
   and finishes every job no later than any policy (checked job by job in tests/unit/test_bench_sim.py).
-- **Policies** (`bench/policies.py`): *ours* is `distributetrain.planner.plan(policy="optimal")`. *Original
-  rule*: the planner's "largest-first" counts become pods without a node, bound largest first by the
+- **Policies** (`bench/policies.py`): *ours* is `distributetrain.placement.planner.plan(policy="optimal")`.
+  *Original rule*: the planner's "largest-first" counts become pods without a node, bound largest first by the
   default scheduler's NodeResourcesFit LeastAllocated score (spreading) - GPUs stand in for the cpu and memory
   the real score uses, assuming workers ask for them in proportion. *MostAllocated per pod*: the same pods,
   bin-packed.

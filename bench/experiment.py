@@ -74,7 +74,7 @@ def grid(quick: bool) -> Plan:
 
 
 def policy_set(ctx: Context) -> dict[str, PlaceFn]:
-    from distributetrain.planner import POLICIES as PLANNER_POLICIES
+    from distributetrain.placement.planner import POLICIES as PLANNER_POLICIES
 
     out = {key: factory(ctx) for key, (_, factory) in POLICIES.items()}
     for name in PLANNER_POLICIES:

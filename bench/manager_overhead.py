@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.clienttypes import as_body, raw
-from distributetrain import inventory, planner
-from distributetrain.cleanup import delete_job
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec
-from distributetrain.k8s import Kube, gc_paused, list_nodes_and_pods
-from distributetrain.orchestrator import Orchestrator
+from distributetrain.kube.gateway import Kube, gc_paused, list_nodes_and_pods
+from distributetrain.manager.cleanup import delete_job
+from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement import inventory, planner
+from distributetrain.request.jobspec import JobSpec
 from localcluster import daemon
 
 GPUS_PER_NODE = 8

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from distributetrain.errors import CannotPlace
-from distributetrain.inventory import inventory
-from distributetrain.planner import POLICIES, plan
+from distributetrain.placement.inventory import inventory
+from distributetrain.placement.planner import POLICIES, plan
 
 SIZES = (100, 1_000, 10_000)
 RACK_NODES = 32

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distributetrain.errors import CannotPlace
-from distributetrain.planner import plan
+from distributetrain.placement.planner import plan
 
 Allocation = tuple[tuple[str, int], ...]
 PlaceFn = Callable[[Mapping[str, int], int], "Allocation | None"]
@@ -42,7 +42,8 @@ def _merge(pairs: list[tuple[str, int]]) -> Allocation:
 # ---- ours: the planner -------------------------------------------------------------------------------------
 
 def planner_policy(name: str) -> PlaceFn:
-    """A policy of distributetrain.planner by its registry name ("optimal", "largest-first", ...)."""
+    """A policy of distributetrain.placement.planner by its registry name ("optimal", "largest-first",
+    ...)."""
 
     def place(free: Mapping[str, int], gpus: int) -> Allocation | None:
         try:

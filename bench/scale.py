@@ -38,7 +38,7 @@ import orjson
 
 from bench.clienttypes import raw
 from bench.manager_overhead import GPUS_PER_NODE, background_pod, seed, start_server, time_inventory_and_plan
-from distributetrain.k8s import Kube, gc_paused
+from distributetrain.kube.gateway import Kube, gc_paused
 
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]+)"')
 NODES, PODS = 7500, 150_000

@@ -25,7 +25,7 @@ if [ -z "${DT_MANAGER_STATE:-}" ] && state_dir=$(mktemp -d 2>/dev/null); then
     export DT_MANAGER_STATE="$state_dir/state.json"
 fi
 if [ "${DT_METRICS_PORT:-9102}" != "0" ] && [ -n "${DT_MANAGER_STATE:-}" ]; then
-    "$python" -m distributetrain.metrics --state "$DT_MANAGER_STATE" --port "${DT_METRICS_PORT:-9102}" &
+    "$python" -m distributetrain.observe.metrics --state "$DT_MANAGER_STATE" --port "${DT_METRICS_PORT:-9102}" &
     metrics=$!
 fi
 stop_metrics() {

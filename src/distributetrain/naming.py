@@ -135,7 +135,7 @@ IMAGE_USER = "trainer"
 IMAGE_UID = 10001
 IMAGE_GID = 10001
 ENTRYPOINT_WORKER = "worker"      # sshd -D -e, key-only, the job key from the Secret
-ENTRYPOINT_LAUNCHER = "launcher"  # python -m distributetrain.launcher [-- COMMAND...]
+ENTRYPOINT_LAUNCHER = "launcher"  # python -m distributetrain.chief.launcher [-- COMMAND...]
 # What the chief runs on every rank when the request names no command: the base image's training script.
 DEFAULT_COMMAND = ("python3", TRAIN_SCRIPT_PATH)
 # Horovod's controllers, as DT_TRANSPORT and horovodrun (--gloo, --mpi) name them; the first is the default.

@@ -9,7 +9,7 @@ import re
 import pytest
 from test_training_local import WORKERS, Launcher, Pods, pods  # noqa: F401 - pods is a fixture
 
-from distributetrain import progress
+from distributetrain.observe import progress
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import naming, sshkeys
+from distributetrain import naming
+from distributetrain.manager import sshkeys
 
 pytestmark = pytest.mark.e2e
 

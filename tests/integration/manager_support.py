@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.cleanup import JOB_KINDS
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.orchestrator import Orchestrator
-from distributetrain.planner import Plan
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager.cleanup import JOB_KINDS
+from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement.planner import Plan
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
 from podsecurity import restricted

@@ -21,9 +21,9 @@ import yaml
 from manager_support import IMAGE, Recorder, chief_behavior, leftovers, orchestrator, spec
 
 from distributetrain import naming
-from distributetrain.k8s import Kube
-from distributetrain.orchestrator import Orchestrator
-from distributetrain.watching import Watched
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Watched
+from distributetrain.manager.orchestrator import Orchestrator
 from localcluster.testing import TestCluster, wait_until
 
 Factory = Callable[..., TestCluster]

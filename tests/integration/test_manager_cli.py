@@ -14,8 +14,8 @@ import pytest
 from manager_support import IMAGE, chief_behavior, leftovers
 
 from distributetrain import naming
-from distributetrain.k8s import Kube
-from distributetrain.watching import Watched
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Watched
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
 

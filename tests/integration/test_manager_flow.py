@@ -23,7 +23,7 @@ from manager_support import (
 from distributetrain import naming, podstatus
 from distributetrain.errors import CannotPlace, InvalidInput, ScheduleTimeout, WorkerFailed
 from distributetrain.hostfile import parse
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
 from podsecurity import restricted

@@ -11,8 +11,8 @@ from manager_support import chief_behavior, leftovers, manager_pod, orchestrator
 
 from distributetrain import naming
 from distributetrain.errors import ApiError, InvalidInput
-from distributetrain.k8s import Kube
-from distributetrain.watching import Watched
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Watched
 from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]

@@ -16,9 +16,9 @@ import yaml
 from manager_support import chief_behavior, leftovers, orchestrator, spec
 from visibility_support import MANAGER, observed_job
 
-from distributetrain.cleanup import delete_job
 from distributetrain.errors import ApiError
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager.cleanup import delete_job
 from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]

@@ -20,10 +20,10 @@ import yaml
 from manager_support import IMAGE, chief_behavior, leftovers, manager_pod, orchestrator, spec
 
 import podsecurity
-from distributetrain import dryrun
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.jobspec import ManagerIdentity
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager import dryrun
+from distributetrain.request.jobspec import ManagerIdentity
 from localcluster.testing import TestCluster, wait_until
 from podsecurity import restricted
 

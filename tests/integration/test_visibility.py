@@ -15,8 +15,9 @@ import pytest
 from manager_support import is_chief, is_worker
 from visibility_support import MANAGER, observed_job
 
-from distributetrain import jobstate, metrics, naming
-from distributetrain.orchestrator import Orchestrator
+from distributetrain import naming
+from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.observe import jobstate, metrics
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster, wait_until
 

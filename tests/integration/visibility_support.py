@@ -8,11 +8,11 @@ from pathlib import Path
 
 from manager_support import spec
 
-from distributetrain import jobstate
-from distributetrain.jobspec import ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.observer import Observer
-from distributetrain.orchestrator import Orchestrator
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.observe import jobstate
+from distributetrain.observe.observer import Observer
+from distributetrain.request.jobspec import ManagerIdentity
 from localcluster.testing import TestCluster
 
 MANAGER = "distributetrain-manager"

@@ -24,12 +24,14 @@ from typing import Any
 
 import pytest
 
-from distributetrain import inventory, k8s, naming
-from distributetrain.cleanup import JOB_KINDS
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.orchestrator import Orchestrator
+from distributetrain import naming
+from distributetrain.kube import gateway
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager.cleanup import JOB_KINDS
+from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement import inventory
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
 from podsecurity import restricted
@@ -113,7 +115,7 @@ def count(objects: dict[str, list[str]]) -> int:
 
 def free_gpus(kube: Kube, resource: str = naming.DEFAULT_RESOURCE) -> dict[str, int]:
     """Every node's free GPUs (allocatable minus what non-terminated pods hold), Ready or not."""
-    nodes, pods = k8s.list_nodes_and_pods(kube=kube)
+    nodes, pods = gateway.list_nodes_and_pods(kube=kube)
     return {r.node: r.free for r in inventory.inventory(nodes, pods, resource=resource)}
 
 

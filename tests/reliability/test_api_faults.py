@@ -79,7 +79,7 @@ def test_api_server_restart_mid_job(local_cluster_factory: Factory, caplog: pyte
     code = manager.join()
     assert code == 0, manager.recorder.text
 
-    watch_logs = [r.getMessage() for r in caplog.records if r.name == "distributetrain.watching"]
+    watch_logs = [r.getMessage() for r in caplog.records if r.name == "distributetrain.kube.watch"]
     if compacted:
         assert any("too old; listing again" in m for m in watch_logs), watch_logs
     else:

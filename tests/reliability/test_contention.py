@@ -25,7 +25,7 @@ from reliability_support import (
 )
 
 from distributetrain import naming
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
 from podsecurity import restricted
 
 

@@ -24,7 +24,7 @@ from reliability_support import (
     wait_until,
 )
 
-from distributetrain.jobspec import ManagerIdentity
+from distributetrain.request.jobspec import ManagerIdentity
 from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")

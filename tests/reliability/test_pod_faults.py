@@ -22,7 +22,7 @@ from reliability_support import (
 )
 
 from distributetrain import naming
-from distributetrain.posttraining import failed_rank
+from distributetrain.manager.posttraining import failed_rank
 from localcluster.testing import TestCluster
 
 

@@ -140,7 +140,7 @@ def _launcher_pid(pod: str) -> int | None:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"distributetrain.launcher" in cmdline and _hostname_of(int(proc.name)) == pod:
+        if b"distributetrain.chief.launcher" in cmdline and _hostname_of(int(proc.name)) == pod:
             return int(proc.name)
     return None
 

@@ -37,7 +37,8 @@ from reliability_support import (
 )
 
 import podsecurity
-from distributetrain import naming, sshkeys
+from distributetrain import naming
+from distributetrain.manager import sshkeys
 from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")

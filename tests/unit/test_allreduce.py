@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 
-from distributetrain import allreduce, launchsettings, manifests, naming
-from distributetrain.allreduce import Measure
+from distributetrain import naming
+from distributetrain.chief import allreduce
+from distributetrain.chief import settings as launchsettings
+from distributetrain.chief.allreduce import Measure
 from distributetrain.errors import InvalidInput
 from distributetrain.hostfile import HostSlots
-from distributetrain.jobspec import JobSpec
-from distributetrain.planner import Entry
+from distributetrain.manager import manifests
+from distributetrain.placement.planner import Entry
+from distributetrain.request.jobspec import JobSpec
 
 HOSTS = (HostSlots("10.244.3.2", 1), HostSlots("10.244.1.2", 3), HostSlots("10.244.2.2", 2))
 MIB = 1 << 20
@@ -115,6 +118,6 @@ def test_the_launcher_runs_it_when_asked_and_the_manager_asks_for_it() -> None:
 
 
 def _entry() -> Entry:
-    from distributetrain.planner import plan
+    from distributetrain.placement.planner import plan
 
     return plan({"node-1": 6}, 6).chief

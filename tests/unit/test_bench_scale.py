@@ -9,7 +9,8 @@ import orjson
 from bench.manager_overhead import background_pod
 from bench.scale import _fields_v1, realistic_pod
 
-from distributetrain import inventory, slimpods
+from distributetrain.kube import slimpods
+from distributetrain.placement import inventory
 
 
 def _free(shape: Callable[[int, int], dict[str, Any]]) -> dict[str, int]:

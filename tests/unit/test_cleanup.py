@@ -7,10 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from distributetrain import cleanup
 from distributetrain.errors import WorkerFailed
-from distributetrain.joblog import Reporter
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager import cleanup
+from distributetrain.observe.joblog import Reporter
 
 
 def test_a_failure_before_anything_was_created_propagates_untouched() -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import discovery, naming
-from distributetrain.discovery import Elastic
+from distributetrain import naming
+from distributetrain.chief import discovery
+from distributetrain.chief.discovery import Elastic
 from distributetrain.errors import InvalidInput
 from distributetrain.hostfile import HostSlots
 

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import jobspec, manifests, naming
-from distributetrain.planner import Entry
+from distributetrain import naming
+from distributetrain.manager import manifests
+from distributetrain.placement.planner import Entry
+from distributetrain.request import jobspec
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = (REPO / "base-image" / "Dockerfile", REPO / "manager-image" / "Dockerfile")
@@ -141,7 +143,7 @@ def test_no_private_key_anywhere_in_the_repository() -> None:
 
 
 def test_the_private_key_scan_finds_a_key() -> None:
-    from distributetrain import sshkeys
+    from distributetrain.manager import sshkeys
 
     assert PRIVATE_KEY.search(sshkeys.generate("scan-check").private_openssh())
     # the PEM headers in this file are split so that a scan of the repository for keys does not flag it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distributetrain.errors import InvalidInput
-from distributetrain.fieldparsers import parse_node_selector
+from distributetrain.request.fieldparsers import parse_node_selector
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_node_selector_from_env_or_mapping() -> None:
 
 
 def test_one_gpu_rule() -> None:
-    from distributetrain.fieldparsers import MAX_GPUS, check_gpus, parse_gpus
+    from distributetrain.request.fieldparsers import MAX_GPUS, check_gpus, parse_gpus
 
     assert parse_gpus("+6") == check_gpus(6) == 6
     for bad, message in ((0, "at least 1 GPU"), (MAX_GPUS + 1, "beyond the sane cap")):
@@ -65,18 +65,18 @@ def test_one_gpu_rule() -> None:
                                                ("1h30m", 5400.0), ("1.5h", 5400.0), ("500ms", 0.5),
                                                ("1d", 86400.0)])
 def test_one_duration_grammar_for_the_request_and_the_chief(text: str, seconds: float) -> None:
-    from distributetrain import launchsettings
-    from distributetrain.fieldparsers import parse_duration
+    from distributetrain.chief import settings
+    from distributetrain.request.fieldparsers import parse_duration
 
-    assert parse_duration(text) == launchsettings.parse_duration(text, name="x") == seconds
+    assert parse_duration(text) == settings.parse_duration(text, name="x") == seconds
 
 
 @pytest.mark.parametrize("text", ["soon", "-5", "5x", "1h 30m", "nan"])
 def test_one_duration_grammar_refuses_the_same(text: str) -> None:
-    from distributetrain import launchsettings
-    from distributetrain.fieldparsers import parse_duration
+    from distributetrain.chief import settings
+    from distributetrain.request.fieldparsers import parse_duration
 
     with pytest.raises(ValueError):
         parse_duration(text)
     with pytest.raises(InvalidInput, match=f"x: {text!r}"):
-        launchsettings.parse_duration(text, name="x")
+        settings.parse_duration(text, name="x")

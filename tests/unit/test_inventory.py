@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from distributetrain.clusterfiles import parse_cluster_document, read_cluster_files
 from distributetrain.errors import InvalidInput, InvalidQuantity
-from distributetrain.inventory import NodeGpus, PodDemand, free_gpus, inventory, topology
-from distributetrain.tolerations import Toleration, default_tolerations
+from distributetrain.placement.clusterfiles import parse_cluster_document, read_cluster_files
+from distributetrain.placement.inventory import NodeGpus, PodDemand, free_gpus, inventory, topology
+from distributetrain.placement.tolerations import Toleration, default_tolerations
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}

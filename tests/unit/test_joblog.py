@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import re
 
-from distributetrain import joblog
 from distributetrain.hostfile import HostSlots
-from distributetrain.inventory import NodeGpus
-from distributetrain.joblog import Reporter
+from distributetrain.observe import joblog
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement.inventory import NodeGpus
 
 
 def row(node: str, allocatable: int, requested: int, reason: str | None = None) -> NodeGpus:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from distributetrain.errors import EXIT_USAGE, InvalidInput
-from distributetrain.fieldparsers import MAX_GPUS, parse_duration
-from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name, option_name
 from distributetrain.naming import DEFAULT_COMMAND
-from distributetrain.tolerations import Toleration
+from distributetrain.placement.tolerations import Toleration
+from distributetrain.request.fieldparsers import MAX_GPUS, parse_duration
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity, env_name, option_name
 
 IMAGE = "registry.example.com/team/train:1.0"
 

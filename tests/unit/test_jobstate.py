@@ -6,9 +6,10 @@ import datetime
 
 import pytest
 
-from distributetrain import events, jobstate, naming, progress
-from distributetrain.events import ObjectRef
-from distributetrain.jobstate import PodState
+from distributetrain import naming
+from distributetrain.observe import events, jobstate, progress
+from distributetrain.observe.events import ObjectRef
+from distributetrain.observe.jobstate import PodState
 
 T0 = 1_800_000_000.0
 

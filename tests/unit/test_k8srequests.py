@@ -14,7 +14,7 @@ from distributetrain.errors import (
     Gone,
     NotFound,
 )
-from distributetrain.k8srequests import (
+from distributetrain.kube.requests import (
     NOT_TERMINATED,
     Request,
     api_error,

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import hostfile, launcher, launchsettings, manifests, naming, sshkeys
+from distributetrain import hostfile, naming
+from distributetrain.chief import launcher
+from distributetrain.chief import settings as launchsettings
+from distributetrain.chief.launcher import Failure
 from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
-from distributetrain.jobspec import JobSpec
-from distributetrain.launcher import Failure
-from distributetrain.planner import Entry
+from distributetrain.manager import manifests, sshkeys
+from distributetrain.placement.planner import Entry
+from distributetrain.request.jobspec import JobSpec
 
 WORKERS = (HostSlots("10.244.1.7", 5), HostSlots("10.244.2.3", 2))
 
@@ -184,7 +187,7 @@ def test_a_worker_that_never_answers_is_named(key: Path, tmp_path: Path, caplog:
                                               ) -> None:
     port = _closed_port()
     (tmp_path / "hostfile").write_text("127.0.0.1 slots=2\n")
-    with caplog.at_level(logging.ERROR, logger="distributetrain.launcher"):
+    with caplog.at_level(logging.ERROR, logger="distributetrain.chief.launcher"):
         code = launcher.main(["--hostfile", str(tmp_path / "hostfile"), "--identity-file", str(key),
                               "--ssh-port", str(port), "--pod-ip", "127.0.0.9", "--ssh-timeout", "0.2",
                               "--ssh-delay", "0.1", "--ssh-connect-timeout", "1"])

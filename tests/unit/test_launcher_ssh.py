@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import ssh, sshkeys
+from distributetrain.chief import ssh
 from distributetrain.errors import InvalidInput, SshUnreachable
+from distributetrain.manager import sshkeys
 
 
 def test_a_closed_port_is_reported_with_host_port_attempts_and_cause(tmp_path: Path) -> None:

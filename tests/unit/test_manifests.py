@@ -14,10 +14,10 @@ import kubernetes_validate
 import pytest
 
 import podsecurity
-from distributetrain import manifests, sshkeys
 from distributetrain.hostfile import HostSlots
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.planner import Entry
+from distributetrain.manager import manifests, sshkeys
+from distributetrain.placement.planner import Entry
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 IMAGE = "distributetrain/base:0.1.0"
 OWNER = ManagerIdentity(name="distributetrain-manager", uid="0b7c-uid", namespace="default")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from distributetrain import jobstate, progress
-from distributetrain.jobstate import PodState
+from distributetrain.observe import jobstate, progress
+from distributetrain.observe.jobstate import PodState
 from localcluster.testing import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -42,7 +42,7 @@ def write(path: Path, state: jobstate.JobState) -> None:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     state, port = tmp_path / "state.json", free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "distributetrain.metrics", "--state", str(state),
+    proc = subprocess.Popen([sys.executable, "-m", "distributetrain.observe.metrics", "--state", str(state),
                              "--port", str(port), "--address", "127.0.0.1"],
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -116,7 +116,7 @@ def test_a_taken_port_is_said_and_ends_the_server_alone(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "distributetrain.metrics", "--state",
+        done = subprocess.run([sys.executable, "-m", "distributetrain.observe.metrics", "--state",
                                str(tmp_path / "s.json"), "--port", str(port), "--address", "127.0.0.1"],
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 1

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from distributetrain import jobstate, signals
 from distributetrain.errors import Interrupted
-from distributetrain.observer import Observer
+from distributetrain.manager import signals
+from distributetrain.observe import jobstate
+from distributetrain.observe.observer import Observer
 
 
 def observer() -> Observer:

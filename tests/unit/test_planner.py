@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.planner import POLICIES, Entry, InsufficientGpus, Plan, domain_of, plan
+from distributetrain.placement.planner import POLICIES, Entry, InsufficientGpus, Plan, domain_of, plan
 
 
 def split(result: Plan) -> dict[str, int]:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from distributetrain.errors import InvalidQuantity
-from distributetrain.podrequests import container_requests, holds_resources, pod_requests
+from distributetrain.placement.podrequests import container_requests, holds_resources, pod_requests
 
 GPU = "nvidia.com/gpu"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from distributetrain import podtemplate
 from distributetrain.errors import EXIT_USAGE, InvalidInput
-from distributetrain.jobspec import JobSpec
+from distributetrain.request import podtemplate
+from distributetrain.request.jobspec import JobSpec
 
 IMAGE = "registry.example.com/team/train:1.0"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from distributetrain import preflight
+from distributetrain.placement import checks
 
 
 def node(*cidrs: str) -> dict[str, Any]:
@@ -24,10 +24,10 @@ def node(*cidrs: str) -> dict[str, Any]:
     (("fd00::5", "10.244.1.5"), [node("fd00:10:244:1::/64")], False),
 ])
 def test_ipv6_only(manager_ips: tuple[str, ...], nodes: list[dict[str, Any]], refused: bool) -> None:
-    why = preflight.ipv6_only(manager_ips=manager_ips, nodes=nodes)
+    why = checks.ipv6_only(manager_ips=manager_ips, nodes=nodes)
     assert (why is not None) == refused
     if why:
-        assert "IPv4-only" in preflight.ipv6_message(why)
+        assert "IPv4-only" in checks.ipv6_message(why)
 
 
 def claim(*modes: str, phase: str = "Bound") -> dict[str, Any]:
@@ -36,13 +36,13 @@ def claim(*modes: str, phase: str = "Bound") -> dict[str, Any]:
 
 
 def test_claims_against_the_plan() -> None:
-    assert preflight.claim_problem(claim("ReadWriteMany"), nodes=["a", "b"]) is None
-    assert preflight.claim_problem(claim("ReadOnlyMany"), nodes=["a", "b"]) is None
-    assert preflight.claim_problem(claim("ReadWriteOnce"), nodes=["a"]) is None
-    rwo = preflight.claim_problem(claim("ReadWriteOnce"), nodes=["a", "b"])
+    assert checks.claim_problem(claim("ReadWriteMany"), nodes=["a", "b"]) is None
+    assert checks.claim_problem(claim("ReadOnlyMany"), nodes=["a", "b"]) is None
+    assert checks.claim_problem(claim("ReadWriteOnce"), nodes=["a"]) is None
+    rwo = checks.claim_problem(claim("ReadWriteOnce"), nodes=["a", "b"])
     assert rwo is not None and "ReadWriteOnce" in rwo and "Multi-Attach" in rwo and "2 nodes (a, b)" in rwo
-    rwop = preflight.claim_problem(claim("ReadWriteOncePod"), nodes=["a", "b"])
+    rwop = checks.claim_problem(claim("ReadWriteOncePod"), nodes=["a", "b"])
     assert rwop is not None and "only one pod" in rwop
-    assert "Lost" in str(preflight.claim_problem(claim("ReadWriteMany", phase="Lost"), nodes=["a"]))
-    assert preflight.claim_read_only(claim("ReadOnlyMany"))
-    assert not preflight.claim_read_only(claim("ReadOnlyMany", "ReadWriteMany"))
+    assert "Lost" in str(checks.claim_problem(claim("ReadWriteMany", phase="Lost"), nodes=["a"]))
+    assert checks.claim_read_only(claim("ReadOnlyMany"))
+    assert not checks.claim_read_only(claim("ReadOnlyMany", "ReadWriteMany"))

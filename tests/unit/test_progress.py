@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distributetrain import progress
-from distributetrain.progress import Progress
+from distributetrain.observe import progress
+from distributetrain.observe.progress import Progress
 
 
 def test_the_line_train_py_prints_after_an_epoch() -> None:

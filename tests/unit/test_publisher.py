@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from distributetrain.publisher import Publisher
+from distributetrain.observe.publisher import Publisher
 from localcluster.testing import wait_until
 
 

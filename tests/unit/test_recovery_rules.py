@@ -9,7 +9,7 @@ import pytest
 
 from distributetrain import naming
 from distributetrain.hostfile import HostSlots
-from distributetrain.recovery import (
+from distributetrain.manager.recovery import (
     Member,
     Recovery,
     elastic_size,

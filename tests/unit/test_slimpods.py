@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from distributetrain import inventory
-from distributetrain.podrequests import pod_requests
-from distributetrain.slimpods import decode_pod_list
+from distributetrain.kube.slimpods import decode_pod_list
+from distributetrain.placement import inventory
+from distributetrain.placement.podrequests import pod_requests
 
 CLUSTER = Path(__file__).resolve().parents[1] / "data" / "cluster.json"
 

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_ssh_public_key,
 )
 
-from distributetrain import sshkeys
+from distributetrain.manager import sshkeys
 
 
 def test_private_and_public_halves_match() -> None:

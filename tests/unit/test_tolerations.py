@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distributetrain.errors import InvalidInput
-from distributetrain.tolerations import (
+from distributetrain.placement.tolerations import (
     Toleration,
     job_tolerations,
     parse_toleration,

@@ -17,9 +17,9 @@ import click
 
 from distributetrain import naming, podstatus
 from distributetrain.errors import InvalidInput
-from distributetrain.fieldparsers import PULL_POLICIES, parse_bool
-from distributetrain.jobspec import JobSpec, ManagerIdentity, env_name
-from distributetrain.planner import POLICIES
+from distributetrain.placement.planner import POLICIES
+from distributetrain.request.fieldparsers import PULL_POLICIES, parse_bool
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity, env_name
 
 F = Callable[..., Any]
 
@@ -162,7 +162,7 @@ def _spec(params: dict[str, Any]) -> JobSpec:
 
 
 def _kube(kubeconfig: str | None, context: str | None) -> Any:
-    from distributetrain.k8s import Kube  # imported late: --help must not need a cluster client
+    from distributetrain.kube.gateway import Kube  # imported late: --help must not need a cluster client
 
     return Kube.connect(kubeconfig=kubeconfig, context=context)
 
@@ -176,7 +176,7 @@ def _started_at() -> float | None:
 
 def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
-    from distributetrain.orchestrator import Orchestrator
+    from distributetrain.manager.orchestrator import Orchestrator
 
     kube = _kube(params["kubeconfig"], params["context"])
     observer = _observer(kube, job=spec.job_name, namespace=spec.namespace, gpus=spec.gpus)
@@ -190,8 +190,8 @@ def _observer(kube: Any, *, job: str, namespace: str, gpus: int = 0) -> Any:
     what PreTraining left there)."""
     from pathlib import Path
 
-    from distributetrain import jobstate
-    from distributetrain.observer import Observer
+    from distributetrain.observe import jobstate
+    from distributetrain.observe.observer import Observer
 
     path = Path(os.environ[naming.ENV_MANAGER_STATE]) if os.environ.get(naming.ENV_MANAGER_STATE) else None
     state = None
@@ -230,7 +230,7 @@ def run_command(dry_run: bool, output: str, **params: Any) -> None:
     """
     if dry_run:
         spec = _spec(params)
-        from distributetrain import dryrun
+        from distributetrain.manager import dryrun
 
         objects = dryrun.preview(_kube(params["kubeconfig"], params["context"]), spec,
                                  owner=ManagerIdentity.from_env(os.environ))
@@ -267,7 +267,7 @@ def posttraining_command(**params: Any) -> None:
     else their defaults) and the manager's start time (DT_MANAGER_STARTED_AT). The rest of the request was
     PreTraining's to validate and act on; only a job that replaces lost workers (--min-gpus, --restarts)
     reads it again, to build the replacements."""
-    from distributetrain.posttraining import run_posttraining
+    from distributetrain.manager.posttraining import run_posttraining
 
     keep_chief = params["keep_chief"]
     if keep_chief is None:
@@ -310,7 +310,7 @@ def _job_name(job: str | None) -> str:
 def wait_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None,
                  keep_chief: bool) -> None:
     """PostTraining: stream JOB's chief log until it ends, clean up, exit with its exit code."""
-    from distributetrain.posttraining import run_posttraining
+    from distributetrain.manager.posttraining import run_posttraining
 
     name, kube = _job_name(job), _kube(kubeconfig, context)
     chief = kube.get("pods", namespace, naming.chief_name(name))
@@ -326,7 +326,7 @@ def wait_command(job: str | None, namespace: str, kubeconfig: str | None, contex
 @_job_options
 def status_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Show JOB's pods (role, node, GPUs, phase, readiness, why) and its other objects."""
-    from distributetrain.cleanup import JOB_KINDS, find_job_objects
+    from distributetrain.manager.cleanup import JOB_KINDS, find_job_objects
 
     name = _job_name(job)
     kube = _kube(kubeconfig, context)
@@ -377,8 +377,8 @@ def logs_command(job: str | None, namespace: str, kubeconfig: str | None, contex
 def delete_command(job: str | None, namespace: str, kubeconfig: str | None, context: str | None) -> None:
     """Delete every object of JOB (found by its labels only), the chief included; wait until its pods are
     gone, so their GPUs are free."""
-    from distributetrain.cleanup import delete_job
-    from distributetrain.joblog import Reporter
+    from distributetrain.manager.cleanup import delete_job
+    from distributetrain.observe.joblog import Reporter
 
     name = _job_name(job)
     count = delete_job(_kube(kubeconfig, context), job=name, namespace=namespace, keep_chief=False,

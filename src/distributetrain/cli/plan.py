@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from distributetrain import inventory as inv
-from distributetrain.clusterfiles import read_cluster_files
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
 from distributetrain.naming import DEFAULT_RESOURCE
-from distributetrain.planner import POLICIES, InsufficientGpus, Plan, plan
+from distributetrain.placement import inventory as inv
+from distributetrain.placement.clusterfiles import read_cluster_files
+from distributetrain.placement.planner import POLICIES, InsufficientGpus, Plan, plan
+from distributetrain.placement.tolerations import job_tolerations, parse_tolerations
 from distributetrain.quantity import parse_count
-from distributetrain.tolerations import job_tolerations, parse_tolerations
+from distributetrain.request.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
 
 _EXCLUDED_SHOWN = 10
 
@@ -48,9 +48,9 @@ def _cluster_options(command: Any) -> Any:
 
 def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], list[Any]]:
     # imported here: files, --free and --help must work without loading the kubernetes client
-    from distributetrain import k8s
+    from distributetrain.kube import gateway
 
-    nodes, pods = k8s.list_nodes_and_pods(kubeconfig=kubeconfig, context=context)
+    nodes, pods = gateway.list_nodes_and_pods(kubeconfig=kubeconfig, context=context)
     return nodes, pods
 
 

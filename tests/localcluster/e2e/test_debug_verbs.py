@@ -340,7 +340,8 @@ def test_port_forward_to_a_closed_port_says_why(cluster: TestCluster, web: str) 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_port_forward_carries_an_ssh_session_to_the_base_image_worker(cluster: TestCluster,
                                                                      protocol: str) -> None:
-    from distributetrain import naming, sshkeys
+    from distributetrain import naming
+    from distributetrain.manager import sshkeys
 
     name = f"ssh-{protocol}"
     keys = sshkeys.generate(name)

@@ -48,7 +48,7 @@ while True:
     s.accept()[0].close()
 """
 
-# The job's policy as the product writes it (src/distributetrain/manifests.py network_policy).
+# The job's policy as the product writes it (src/distributetrain/manager/manifests.py network_policy).
 JOB_POLICY = json.dumps({
     "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "train-network"},
     "spec": {"podSelector": {"matchLabels": JOB}, "policyTypes": ["Ingress"],

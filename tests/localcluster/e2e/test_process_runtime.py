@@ -461,7 +461,7 @@ async def test_base_image_runs_from_this_repository(cluster: tuple[ProcessRuntim
         "name": "main", "image": "registry.example.com/distributetrain/base:0.1.0",
         "command": ["/bin/sh", "-c", "pwd; echo $DT_SSH_PORT; cat /opt/distributetrain/sshd_config; "
                     "test -x /usr/local/bin/distributetrain-entrypoint && echo entrypoint-ok; "
-                    "python -c 'import distributetrain.launcher, horovod; print(\"imports-ok\")'"]}])
+                    "python -c 'import distributetrain.chief.launcher, horovod; print(\"imports-ok\")'"]}])
     host.add(spec, "pods")
     await runtime.run_pod(copy.deepcopy(spec))
     await host.wait(lambda: phase(host, "base") in ("Succeeded", "Failed"), timeout=60)
@@ -518,7 +518,7 @@ async def test_stale_bridge_of_a_dead_cluster_is_removed(tmp_path: Path) -> None
 @pytest.mark.asyncio
 async def test_base_image_worker_runs_sshd_reachable_from_another_pod(
         cluster: tuple[ProcessRuntime, StandInHost]) -> None:
-    from distributetrain import sshkeys
+    from distributetrain.manager import sshkeys
 
     runtime, host = cluster
     keys = sshkeys.generate("test-job")
@@ -679,7 +679,7 @@ print("rank", hvd.rank(), "of", hvd.size(), "on", socket.gethostname(), "sum", f
 async def test_horovod_gloo_across_two_pods(cluster: tuple[ProcessRuntime, StandInHost]) -> None:
     """The pitfall a kubelet's hostname and /etc/hosts avoid: Gloo advertises the address its hostname
     resolves to; with 127.0.0.1 the ranks on the other pod could not connect."""
-    from distributetrain import sshkeys
+    from distributetrain.manager import sshkeys
 
     runtime, host = cluster
     keys = sshkeys.generate("hvd")

@@ -1,6 +1,6 @@
 """The local cluster's own Kubernetes resource rules (localcluster/quantity.py, localcluster/podresources.py),
-and that they agree with the product's independent implementation (distributetrain/podrequests.py) on
-generated pods: two implementations of one rule, so a mistake in either shows up here."""
+and that they agree with the product's independent implementation (distributetrain/placement/podrequests.py)
+on generated pods: two implementations of one rule, so a mistake in either shows up here."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distributetrain import podrequests as product
 from distributetrain import quantity as product_quantity
 from distributetrain.errors import InvalidQuantity as ProductInvalidQuantity
+from distributetrain.placement import podrequests as product
 from localcluster.errors import InvalidInput, InvalidQuantity
 from localcluster.podresources import GPU_RESOURCE, container_requests, holds_resources, pod_requests
 from localcluster.quantity import format_quantity, parse_count, parse_quantity

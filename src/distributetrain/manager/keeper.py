@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain import inventory, joblog, k8s, manifests, naming, planner, podstatus, preflight
+from distributetrain import naming, podstatus
 from distributetrain.errors import AlreadyExists, CannotPlace, InvalidInput, WorkerFailed
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.recovery import (
+from distributetrain.kube import gateway
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Snapshot
+from distributetrain.manager import manifests
+from distributetrain.manager.recovery import (
     Member,
     Recovery,
     elastic_size,
@@ -35,7 +36,10 @@ from distributetrain.recovery import (
     node_is_ready,
     resumed_epoch,
 )
-from distributetrain.watching import Snapshot
+from distributetrain.observe import joblog
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement import checks, inventory, planner
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 FIRST_LOOK = 2.0  # seconds before looking for room again after a plan found none; doubles to grow_interval
 
@@ -300,8 +304,8 @@ class Keeper:
         now = self._clock()
         self.next_look = None
         spec = self.spec
-        nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
-        with k8s.gc_paused():
+        nodes, pods = gateway.list_nodes_and_pods(kube=self.kube)
+        with gateway.gc_paused():
             rows = inventory.inventory(nodes, pods, resource=spec.resource, demands=(self.demand,),
                                        job_gpus=spec.gpus)
         del nodes, pods
@@ -338,7 +342,7 @@ class Keeper:
 
     def _usable(self, free: dict[str, int]) -> dict[str, int]:
         """Free GPUs where a replacement may go: a ReadWriteOnce claim keeps the job on the chief's node."""
-        if self.claim is not None and not (set(preflight.claim_modes(self.claim)) & preflight.SHARED_MODES):
+        if self.claim is not None and not (set(checks.claim_modes(self.claim)) & checks.SHARED_MODES):
             nodes = {m.node for m in self.members.values()} | {self._chief_node()}
             return {n: g for n, g in free.items() if n in nodes}
         return free
@@ -357,7 +361,7 @@ class Keeper:
         return podstatus.node(chief) or ""
 
     def _create_worker(self, entry: planner.Entry) -> None:
-        read_only = self.claim is not None and preflight.claim_read_only(self.claim)
+        read_only = self.claim is not None and checks.claim_read_only(self.claim)
         for _ in range(5):
             index = next_index(self.names)
             body = manifests.worker_pod(self.spec, index=index, entry=entry, owner=self.owner,

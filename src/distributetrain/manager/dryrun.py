@@ -15,11 +15,11 @@ from typing import Any
 
 import yaml
 
-from distributetrain import manifests
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.pretraining import PreTraining
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager import manifests
+from distributetrain.manager.pretraining import PreTraining
+from distributetrain.observe.joblog import Reporter
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 OUTPUTS = ("yaml", "json")
 

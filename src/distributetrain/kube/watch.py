@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from distributetrain.errors import ApiError, Gone, StreamBroken
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
 
 log = logging.getLogger(__name__)
 

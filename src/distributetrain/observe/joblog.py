@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
-from distributetrain.inventory import NodeGpus
+from distributetrain.placement.inventory import NodeGpus
 
 # a 1,000-node cluster must not flood the log: beyond this many nodes, the ones with the most free GPUs
 INVENTORY_ROWS = 20

@@ -1,9 +1,9 @@
 """The Kubernetes gateway: the only module that imports the `kubernetes` client, and the one that sends.
 
-Requests are built as plain values in k8srequests.py (method, path, query, body) and sent here through the
+Requests are built as plain values in requests.py (method, path, query, body) and sent here through the
 client's ApiClient, which brings its configuration, authentication and TLS. Everything crosses as plain
 JSON dicts (camelCase, as the API sends them), decoded with orjson from the raw body: ~9x cheaper than the
-client's model deserialisation on big lists. Errors are read once (k8srequests.api_error) into errors.py's
+client's model deserialisation on big lists. Errors are read once (requests.api_error) into errors.py's
 ApiError family, which carries the status code, reason and details callers match on; 429 and 5xx are
 retried a bounded number of times with exponential backoff, honouring Retry-After. Every request is counted
 by verb (`Kube.requests`).
@@ -26,9 +26,9 @@ import orjson
 import urllib3
 from kubernetes import client, config
 
-from distributetrain import k8srequests, slimpods
 from distributetrain.errors import ApiError, Conflict, Gone, NotFound, StreamBroken
-from distributetrain.k8srequests import Request
+from distributetrain.kube import requests, slimpods
+from distributetrain.kube.requests import Request
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Kube:
     # ---- the one place requests are sent -----------------------------------------------------------
     def send(self, request: Request, *, timeout: tuple[float, float] | None = None) -> Any:
         """Send one request with bounded retries on 429/5xx and connection errors; an error answer becomes
-        its ApiError (k8srequests.api_error). Returns the raw response: `.data`, or `.stream()` it."""
+        its ApiError (requests.api_error). Returns the raw response: `.data`, or `.stream()` it."""
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             with self._lock:
@@ -95,7 +95,7 @@ class Kube:
             try:
                 answer = self._send_once(request, timeout or self._timeout())
             except client.ApiException as err:  # the client's own refusal to send (e.g. a TLS error)
-                raise k8srequests.api_error(err.status, err.body, what=request.what,
+                raise requests.api_error(err.status, err.body, what=request.what,
                                          http_reason=str(err.reason)) from err
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 if attempt == self.attempts:
@@ -106,15 +106,15 @@ class Kube:
             else:
                 if 200 <= answer.status <= 299:
                     return answer.response
-                error = k8srequests.api_error(answer.status, answer.read(), what=request.what,
+                error = requests.api_error(answer.status, answer.read(), what=request.what,
                                            http_reason=str(answer.reason))
                 if answer.status not in RETRYABLE:
                     raise error
                 if attempt == self.attempts:
                     raise ApiError(f"{error} (gave up after {attempt} attempts)", status=error.status,
                                    reason=error.reason, details=error.details)
-                wait = k8srequests.retry_after(answer.headers)
-                message = k8srequests.status_message(answer.status, answer.data, answer.reason)
+                wait = requests.retry_after(answer.headers)
+                message = requests.status_message(answer.status, answer.data, answer.reason)
                 reason = f"{answer.status} {message}"
             pause = min(self.max_backoff * 4, wait) if wait is not None else delay * (0.5 + random.random())
             log.warning("%s: %s; retrying in %.2fs (attempt %d of %d)", request.what, reason, pause, attempt,
@@ -152,7 +152,7 @@ class Kube:
             token: str | None = None
             try:
                 while True:
-                    response = self.send(k8srequests.list_request(
+                    response = self.send(requests.list_request(
                         kind, namespace, limit=page_size or self.page_size, continue_token=token,
                         label_selector=label_selector, field_selector=field_selector))
                     with gc_paused():
@@ -171,7 +171,7 @@ class Kube:
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
-            return self._json(k8srequests.get_request(kind, namespace, name))
+            return self._json(requests.get_request(kind, namespace, name))
         except NotFound:
             return None
 
@@ -179,18 +179,18 @@ class Kube:
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create an object (its kind and namespace from the body); Conflict (AlreadyExists) when the name is
         taken, NotFound when the namespace is missing."""
-        return self._json(k8srequests.create_request(body))
+        return self._json(requests.create_request(body))
 
     def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the object (e.g. its labels and annotations); NotFound when it is gone."""
-        return self._json(k8srequests.merge_patch_request(kind, namespace, name, patch))
+        return self._json(requests.merge_patch_request(kind, namespace, name, patch))
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None,
                uid: str | None = None) -> bool:
         """Delete in the background (dependents by the garbage collector); False when already gone. With
         `uid`, only that incarnation of the object is deleted (a precondition), never a namesake."""
         try:
-            self.send(k8srequests.delete_request(kind, namespace, name, grace_seconds=grace_seconds,
+            self.send(requests.delete_request(kind, namespace, name, grace_seconds=grace_seconds,
                                                  uid=uid)).drain_conn()
         except NotFound:
             return False
@@ -203,14 +203,14 @@ class Kube:
               timeout_seconds: int) -> Iterator[dict[str, Any]]:
         """One watch stream from `resource_version`: yields events {"type", "object"} until the server ends
         it (after `timeout_seconds`). Raises Gone when the version is too old; the caller re-lists."""
-        request = k8srequests.watch_request(kind, namespace, resource_version=resource_version,
+        request = requests.watch_request(kind, namespace, resource_version=resource_version,
                                          label_selector=label_selector, timeout_seconds=timeout_seconds)
         response = self.send(request, timeout=(self._timeout()[0], timeout_seconds + 15.0))
         try:
             for line in _lines(response):
                 event = orjson.loads(line)
                 if event.get("type") == "ERROR":
-                    raise k8srequests.watch_error(event.get("object") or {}, what=request.what)
+                    raise requests.watch_error(event.get("object") or {}, what=request.what)
                 yield event
         finally:
             _close(response)
@@ -219,7 +219,7 @@ class Kube:
                    since_time: str | None = None) -> Iterator[bytes]:
         """The container's log lines (without newline) as they are written, until the container ends; with
         `timestamps`, each starts with its time and a space; `since_time`: from that second on."""
-        request = k8srequests.log_request(namespace, name, container, follow=True, timestamps=timestamps,
+        request = requests.log_request(namespace, name, container, follow=True, timestamps=timestamps,
                                           since_time=since_time)
         response = self.send(request, timeout=(self._timeout()[0], LOG_READ_TIMEOUT))
         try:
@@ -228,7 +228,7 @@ class Kube:
             _close(response)
 
     def read_log(self, namespace: str, name: str, container: str, *, tail_lines: int | None = None) -> bytes:
-        request = k8srequests.log_request(namespace, name, container, tail_lines=tail_lines)
+        request = requests.log_request(namespace, name, container, tail_lines=tail_lines)
         return self.send(request).data  # type: ignore[no-any-return]
 
 
@@ -281,6 +281,6 @@ def list_nodes_and_pods(*, kubeconfig: str | None = None, context: str | None = 
     kube = kube or Kube.connect(kubeconfig=kubeconfig, context=context)
     nodes, _ = kube.list("nodes", page_size=page_size)
     # only the fields GPU accounting reads: at 150,000 pods a full decode costs seconds and a GiB
-    pods, _ = kube.list("pods", None, field_selector=k8srequests.NOT_TERMINATED, page_size=page_size,
+    pods, _ = kube.list("pods", None, field_selector=requests.NOT_TERMINATED, page_size=page_size,
                         decode=slimpods.decode_pod_list)
     return nodes, pods

@@ -1,6 +1,6 @@
 """The pre-flight all-reduce check (nccl-tests' idea, with Horovod): before the user's command, the chief's
-launcher runs this module on every rank under horovodrun (`python -m distributetrain.allreduce`), and reads
-what rank 0 prints (docs/images.md, "The pre-flight all-reduce check").
+launcher runs this module on every rank under horovodrun (`python -m distributetrain.chief.allreduce`), and
+reads what rank 0 prints (docs/images.md, "The pre-flight all-reduce check").
 
 On every rank: Horovod starts (each rank says `ready`), then rank 0 and the first rank of each other pod
 all-reduce the largest size pairwise, one pod at a time (the link from the chief to that pod: a hang here
@@ -180,7 +180,7 @@ def _ranks_of(hosts: Sequence[HostSlots], host: str) -> set[int]:
 # ---- on every rank (needs Horovod and TensorFlow) ---------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m distributetrain.allreduce",
+    parser = argparse.ArgumentParser(prog="python -m distributetrain.chief.allreduce",
                                      description="The pre-flight all-reduce sweep; run under horovodrun.")
     parser.add_argument("--hosts", required=True, help="HOST:SLOTS,... in hostfile order (the chief first)")
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))

@@ -18,11 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from distributetrain import fieldparsers, hostfile, naming, ssh
+from distributetrain import hostfile, naming
+from distributetrain.chief import ssh
 from distributetrain.errors import InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
+from distributetrain.request import fieldparsers
 
-log = logging.getLogger("distributetrain.launcher")
+log = logging.getLogger("distributetrain.chief.launcher")
 
 PROBE_TIMEOUT = 5.0  # one ssh attempt to a worker that should be there: a lost pod does not answer at all
 POLL = 1.0

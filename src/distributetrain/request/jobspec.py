@@ -12,9 +12,12 @@ from dataclasses import MISSING, dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from distributetrain import naming, podtemplate
+from distributetrain import naming
 from distributetrain.errors import InvalidInput
-from distributetrain.fieldparsers import (
+from distributetrain.placement.planner import POLICIES
+from distributetrain.placement.tolerations import Toleration, job_tolerations, parse_tolerations
+from distributetrain.request import podtemplate
+from distributetrain.request.fieldparsers import (
     PULL_POLICIES,
     Parser,
     optional,
@@ -39,9 +42,7 @@ from distributetrain.fieldparsers import (
     parse_resource,
     parse_subdomain_name,
 )
-from distributetrain.planner import POLICIES
-from distributetrain.podtemplate import PodTemplate
-from distributetrain.tolerations import Toleration, job_tolerations, parse_tolerations
+from distributetrain.request.podtemplate import PodTemplate
 
 PLACEMENT_POLICIES = tuple(POLICIES)
 DEFAULT_MOUNT_PATH = "/workspace"

@@ -1,8 +1,8 @@
 """The manager's Prometheus metrics: the job's state (jobstate.JobState, as the phases write it to a file)
 served over HTTP on the manager pod's `metrics` port (docs/observability.md lists every metric).
 
-Manager.sh runs PreTraining and PostTraining as two processes; this server runs beside them for the
-script's whole life (`python -m distributetrain.metrics --state FILE`), so a scrape works in either phase and
+Manager.sh runs PreTraining and PostTraining as two processes; this server runs beside them for the script's
+whole life (`python -m distributetrain.observe.metrics --state FILE`), so a scrape works in either phase and
 between them: each scrape reads the file the phases keep current (publisher.py replaces it whole). A server
 that cannot start (its port taken) says so and exits; the job goes on without metrics.
 
@@ -23,8 +23,9 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from distributetrain import joblog, jobstate, naming
-from distributetrain.jobstate import JobState
+from distributetrain import naming
+from distributetrain.observe import joblog, jobstate
+from distributetrain.observe.jobstate import JobState
 
 PREFIX = "distributetrain_"
 
@@ -125,7 +126,7 @@ def serve(*, state_file: Path, port: int, address: str = "0.0.0.0") -> threading
 
 def main(argv: Sequence[str] | None = None) -> int:
     say = joblog.Reporter().say  # the manager's log: its lines look like the phases'
-    parser = argparse.ArgumentParser(prog="python -m distributetrain.metrics",
+    parser = argparse.ArgumentParser(prog="python -m distributetrain.observe.metrics",
                                      description="Serve the job's Prometheus metrics from its state file.")
     parser.add_argument("--state", type=Path, required=True, help="the state file the manager's phases write")
     parser.add_argument("--port", type=int, default=naming.DEFAULT_METRICS_PORT)

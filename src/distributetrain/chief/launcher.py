@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from distributetrain import allreducecheck, discovery, naming, relaunch, ssh
-from distributetrain.discovery import Elastic
+from distributetrain import naming
+from distributetrain.chief import discovery, preflight, relaunch, ssh
+from distributetrain.chief.discovery import Elastic
+from distributetrain.chief.settings import Settings, parse_settings
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
-from distributetrain.launchsettings import Settings, parse_settings
 from distributetrain.naming import TRANSPORTS
 
-log = logging.getLogger("distributetrain.launcher")
+log = logging.getLogger("distributetrain.chief.launcher")
 
 
 @dataclass(frozen=True)
@@ -265,8 +266,8 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
                 horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
                 network_interface=settings.network_interface, start_timeout=settings.start_timeout,
-                command=allreducecheck.command(hosts, sizes=settings.preflight_sizes, iterations=5))
-            allreducecheck.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
+                command=preflight.command(hosts, sizes=settings.preflight_sizes, iterations=5))
+            preflight.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
                                timeout=settings.preflight_timeout)
         if elastic is not None:
             child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form

@@ -20,15 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
 
-from distributetrain import events, joblog, jobstate, podstatus, progress
+from distributetrain import podstatus
 from distributetrain.errors import Interrupted
-from distributetrain.events import ObjectRef
 from distributetrain.hostfile import HostSlots
-from distributetrain.jobspec import ManagerIdentity
-from distributetrain.jobstate import JobState
-from distributetrain.k8s import Kube
-from distributetrain.planner import Plan
-from distributetrain.publisher import Publisher
+from distributetrain.kube.gateway import Kube
+from distributetrain.observe import events, joblog, jobstate, progress
+from distributetrain.observe.events import ObjectRef
+from distributetrain.observe.jobstate import JobState
+from distributetrain.observe.publisher import Publisher
+from distributetrain.placement.planner import Plan
+from distributetrain.request.jobspec import ManagerIdentity
 
 F = TypeVar("F", bound=Callable[..., None])
 

@@ -28,12 +28,12 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from distributetrain import nodeaffinity
 from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import DEFAULT_RESOURCE
-from distributetrain.podrequests import holds_resources, pod_requests
+from distributetrain.placement import nodeaffinity
+from distributetrain.placement.podrequests import holds_resources, pod_requests
+from distributetrain.placement.tolerations import Toleration, default_tolerations, tolerates
 from distributetrain.quantity import parse_count, parse_quantity
-from distributetrain.tolerations import Toleration, default_tolerations, tolerates
 
 _EXCLUDING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule is only a preference
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"   # GPU feature discovery: time-slicing or MPS replicas per GPU

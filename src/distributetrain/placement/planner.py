@@ -29,7 +29,7 @@ from itertools import compress, repeat
 from types import MappingProxyType
 
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.packing import DomainSearch, fewest_nodes, lexmin_choice
+from distributetrain.placement.packing import DomainSearch, fewest_nodes, lexmin_choice
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from distributetrain import naming, signals
+from distributetrain import naming
 from distributetrain.errors import DistributeTrainError
-from distributetrain.joblog import Reporter
-from distributetrain.k8s import Kube
-from distributetrain.watching import Watched
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Watched
+from distributetrain.manager import signals
+from distributetrain.observe.joblog import Reporter
 
 log = logging.getLogger(__name__)
 

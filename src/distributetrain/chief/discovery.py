@@ -1,7 +1,7 @@
 """Host discovery for elastic Horovod: what horovodrun, in the chief, runs every second as its
-`--host-discovery-script` (`python3 -m distributetrain.discovery ...`, written by the launcher). It prints
-`HOST:SLOTS`, one line per host: the chief's own address first, then each worker of the hostfile ConfigMap the
-manager keeps current (elastic.py), named by its pod, with its GPUs.
+`--host-discovery-script` (`python3 -m distributetrain.chief.discovery ...`, written by the launcher). It
+prints `HOST:SLOTS`, one line per host: the chief's own address first, then each worker of the hostfile
+ConfigMap the manager keeps current (elastic.py), named by its pod, with its GPUs.
 
 Why pod names, not addresses: Horovod never takes back a host it saw fail, and a replacement worker may get
 the address of the pod it replaces; a pod name is never reused. ssh reaches a name through the alias file
@@ -65,7 +65,7 @@ def write_script(work: Path, *, python: str, hostfile_path: Path, chief: HostSlo
     """The discovery script horovodrun runs: this module, with the chief's line and the launcher's private
     directory (the first-call mark, the ssh aliases)."""
     script = work / SCRIPT_FILE
-    command = [python, "-m", "distributetrain.discovery", "--hostfile", str(hostfile_path), "--chief",
+    command = [python, "-m", "distributetrain.chief.discovery", "--hostfile", str(hostfile_path), "--chief",
                f"{chief.host}:{chief.slots}", "--state", str(work)]
     script.write_text(f"#!/bin/sh\nexec {shlex.join(command)}\n")
     script.chmod(0o755)
@@ -137,7 +137,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m distributetrain.discovery", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m distributetrain.chief.discovery", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hostfile", type=Path, required=True, help="the mounted hostfile ConfigMap's file")
     parser.add_argument("--chief", required=True, metavar="IP:SLOTS", help="this pod's address and GPUs")

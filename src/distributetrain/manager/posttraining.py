@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from distributetrain import cleanup, elastic, joblog, naming, podstatus
+from distributetrain import naming, podstatus
 from distributetrain.errors import (
     ApiError,
     ChiefLost,
@@ -27,10 +27,13 @@ from distributetrain.errors import (
     ScheduleTimeout,
     WorkerFailed,
 )
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.watching import Snapshot, Watched
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Snapshot, Watched
+from distributetrain.manager import cleanup
+from distributetrain.manager.keeper import Keeper, keeper_for
+from distributetrain.observe import joblog
+from distributetrain.observe.joblog import Reporter
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, 
     """PostTraining in a process of its own, under the cleanup guard: supervise the job named `job`, reading
     its workers from the cluster. `started_at` (epoch seconds): when the manager started; the active
     deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only). `request`:
-    the job's request, read only for a job that replaces lost workers (elastic.Keeper builds them)."""
+    the job's request, read only for a job that replaces lost workers (the Keeper builds them)."""
     reporter = reporter or Reporter()
     with cleanup.guard(kube, job=job, namespace=namespace, reporter=reporter):
         return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter,
@@ -111,7 +114,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     PreTraining created; None (a job started by another process) reads them from the cluster and checks that
     their GPUs and the chief's add up to the chief's process count. `deadline` (monotonic): when the active
     deadline passes; without it, `started_at` and the chief's activeDeadlineSeconds give it. A chief that says
-    its job survives lost workers (naming.RECOVERY_ANNOTATION) gets an elastic.Keeper, built from `request`,
+    its job survives lost workers (naming.RECOVERY_ANNOTATION) gets a Keeper, built from `request`,
     which replaces them instead."""
     chief_name = naming.chief_name(job)
     watched = Watched(kube, "pods", namespace, naming.job_selector(job))
@@ -122,7 +125,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     seconds = podstatus.active_deadline(first[chief_name])
     if deadline is None and started_at is not None and seconds is not None:
         deadline = clock() - max(0.0, time.time() - started_at) + seconds
-    keeper = elastic.keeper_for(kube, first, chief_name, request=request, reporter=reporter, owner=owner,
+    keeper = keeper_for(kube, first, chief_name, request=request, reporter=reporter, owner=owner,
                                 clock=clock)
     if workers is None:
         workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
@@ -205,7 +208,7 @@ def _sooner(when: float | None, than: float | None) -> bool:
 
 
 def _judge(snapshot: Snapshot, chief_name: str, workers: Iterable[str], follower: LogFollower,
-           failed: Callable[[podstatus.Pod | None, str], None], keeper: elastic.Keeper | None = None
+           failed: Callable[[podstatus.Pod | None, str], None], keeper: Keeper | None = None
            ) -> int | None:
     """The chief's exit code once it ended; None while the job runs; raise on a lost pod."""
     if follower.error is not None:

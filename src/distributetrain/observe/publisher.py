@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from distributetrain.errors import ApiError, Forbidden, NotFound
-from distributetrain.k8s import Kube
+from distributetrain.kube.gateway import Kube
 
 EVENT_QUEUE = 200
 STATE_INTERVAL = 1.0

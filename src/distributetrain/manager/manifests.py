@@ -16,14 +16,15 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from distributetrain import hostfile, naming, podtemplate
-from distributetrain.inventory import PodDemand
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.planner import Entry
-from distributetrain.podrequests import pod_requests
+from distributetrain import hostfile, naming
+from distributetrain.manager.sshkeys import KeyPair
+from distributetrain.placement.inventory import PodDemand
+from distributetrain.placement.planner import Entry
+from distributetrain.placement.podrequests import pod_requests
+from distributetrain.placement.tolerations import parse_tolerations
 from distributetrain.quantity import format_quantity
-from distributetrain.sshkeys import KeyPair
-from distributetrain.tolerations import parse_tolerations
+from distributetrain.request import podtemplate
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 # Mounted read-only, owned by root and the pods' fsGroup: the non-root user reads the keys through the group
 # and the entrypoint copies them to 0600 files it owns (ssh and sshd refuse group-readable keys).

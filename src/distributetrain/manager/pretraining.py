@@ -18,19 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from distributetrain import (
-    cleanup,
-    inventory,
-    joblog,
-    k8s,
-    k8srequests,
-    manifests,
-    naming,
-    planner,
-    podstatus,
-    preflight,
-    sshkeys,
-)
+from distributetrain import naming, podstatus
 from distributetrain.errors import (
     ApiError,
     CannotPlace,
@@ -41,10 +29,14 @@ from distributetrain.errors import (
     ScheduleTimeout,
 )
 from distributetrain.hostfile import HostSlots
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.watching import Watched
+from distributetrain.kube import gateway, requests
+from distributetrain.kube.gateway import Kube
+from distributetrain.kube.watch import Watched
+from distributetrain.manager import cleanup, manifests, sshkeys
+from distributetrain.observe import joblog
+from distributetrain.observe.joblog import Reporter
+from distributetrain.placement import checks, inventory, planner
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 # stamped on every object one manager run creates: a 409 on create is then ours (a retried POST) or not
 RUN_ANNOTATION = "distributetrain.io/run"
@@ -175,7 +167,7 @@ class PreTraining:
 
     @property
     def read_only_claim(self) -> bool:
-        return self.claim is not None and preflight.claim_read_only(self.claim)
+        return self.claim is not None and checks.claim_read_only(self.claim)
 
     def plan(self, *, attempt: int, wait: bool = True) -> planner.Plan:
         """Inventory the live cluster and plan; with --wait-for-gpus (and `wait`), wait for room, creating
@@ -190,12 +182,12 @@ class PreTraining:
             self.claim = self._read_claim(spec.volume_claim)
         while True:
             self._check_deadline("planning")
-            nodes, pods = k8s.list_nodes_and_pods(kube=self.kube)
+            nodes, pods = gateway.list_nodes_and_pods(kube=self.kube)
             _check_resource_known(nodes, spec.resource)
-            why = preflight.ipv6_only(manager_ips=self.owner.pod_ips if self.owner else (), nodes=nodes)
+            why = checks.ipv6_only(manager_ips=self.owner.pod_ips if self.owner else (), nodes=nodes)
             if why:
-                raise InvalidInput(preflight.ipv6_message(why))
-            with k8s.gc_paused():
+                raise InvalidInput(checks.ipv6_message(why))
+            with gateway.gc_paused():
                 rows = inventory.inventory(nodes, pods, resource=spec.resource, demands=self.demands,
                                            job_gpus=spec.gpus)
             del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
@@ -220,7 +212,7 @@ class PreTraining:
             self.reporter.say(f"plan (attempt {attempt + 1}): {spec.gpus} GPU(s) as {split}; chief "
                               f"{plan.chief.gpus} on {plan.chief.node}")
             if self.claim is not None:
-                problem = preflight.claim_problem(self.claim, nodes=[e.node for e in plan.allocation])
+                problem = checks.claim_problem(self.claim, nodes=[e.node for e in plan.allocation])
                 if problem:
                     left = "nothing was created" if attempt == 0 else "the job's objects are deleted"
                     raise InvalidInput(f"volume_claim: {problem}; {left}")
@@ -267,7 +259,7 @@ class PreTraining:
         away) is retried. Anything else with that name is refused, never touched."""
         meta = body["metadata"]
         meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
-        kind = k8srequests.RESOURCE_OF_KIND[body["kind"]]
+        kind = requests.RESOURCE_OF_KIND[body["kind"]]
         for attempt in range(1, 4):
             try:
                 return self.kube.create(body)
@@ -282,7 +274,7 @@ class PreTraining:
                                f"not created by this manager ({err}); delete it (distributetrain delete "
                                f"{self.spec.job_name}) or choose another --job-name") from err
             except NotFound as err:
-                if k8srequests.is_missing_namespace(err, meta["namespace"]):
+                if requests.is_missing_namespace(err, meta["namespace"]):
                     raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it "
                                        "or pass --namespace; nothing was created") from err
                 raise

@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distributetrain import allreduce, fieldparsers, naming, relaunch
+from distributetrain import naming
+from distributetrain.chief import allreduce, relaunch
 from distributetrain.errors import InvalidInput
 from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
+from distributetrain.request import fieldparsers
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     """Arguments first, then the environment the chief pod is given, then defaults."""
     installed_key = Path(env.get("HOME") or "/root") / ".ssh" / naming.SSH_PRIVATE_KEY
     parser = argparse.ArgumentParser(
-        prog="python -m distributetrain.launcher",
+        prog="python -m distributetrain.chief.launcher",
         description="Wait for the workers' sshd, then run horovodrun over them and this pod.",
     )
     parser.add_argument("--hostfile", type=Path, default=Path(env.get(naming.ENV_HOSTFILE) or Path(

@@ -16,17 +16,17 @@ import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
 
-from distributetrain import allreduce
+from distributetrain.chief import allreduce
 from distributetrain.errors import PreflightFailed
 from distributetrain.hostfile import HostSlots
 
-log = logging.getLogger("distributetrain.launcher")
+log = logging.getLogger("distributetrain.chief.launcher")
 KILL_GRACE = 10.0
 
 
 def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int) -> list[str]:
     """What every rank runs: this Python (the same path in every pod of the image) and allreduce.py."""
-    return [sys.executable, "-m", "distributetrain.allreduce", "--hosts",
+    return [sys.executable, "-m", "distributetrain.chief.allreduce", "--hosts",
             ",".join(f"{h.host}:{h.slots}" for h in hosts), "--sizes", sizes, "--iterations", str(iterations)]
 
 

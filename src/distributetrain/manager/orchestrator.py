@@ -11,11 +11,11 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from distributetrain import cleanup, posttraining
-from distributetrain.joblog import Reporter
-from distributetrain.jobspec import JobSpec, ManagerIdentity
-from distributetrain.k8s import Kube
-from distributetrain.pretraining import PreTraining, StartedJob
+from distributetrain.kube.gateway import Kube
+from distributetrain.manager import cleanup, posttraining
+from distributetrain.manager.pretraining import PreTraining, StartedJob
+from distributetrain.observe.joblog import Reporter
+from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 
 class Orchestrator:

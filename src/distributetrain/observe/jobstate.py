@@ -18,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from distributetrain import naming, podstatus, progress
-from distributetrain.progress import Progress
+from distributetrain import naming, podstatus
+from distributetrain.observe import progress
+from distributetrain.observe.progress import Progress
 
 PLANNING, SCHEDULING, LAUNCHING, RUNNING, SUCCEEDED, FAILED = naming.PHASES
 FINAL = frozenset({SUCCEEDED, FAILED})
