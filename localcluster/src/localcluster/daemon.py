@@ -27,6 +27,8 @@ def ready_url(directory: Path) -> str | None:
     """The server URL when /readyz answers ok over verified HTTPS, else None."""
     try:
         url = (directory / "url").read_text().strip()
+        if not url:  # read between the file's creation and its write
+            return None
         context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
         with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=2) as response:
             return url if response.status == 200 else None
