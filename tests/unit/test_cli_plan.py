@@ -202,9 +202,16 @@ def test_cannot_place_lists_numbers_and_excluded_nodes() -> None:
 
 
 def test_cannot_place_with_no_eligible_node() -> None:
-    result = run("plan", "--gpus", "1", "--cluster", CLUSTER, "--resource", "amd.com/gpu")
+    result = run("plan", "--gpus", "1", "--cluster", CLUSTER, "--node-selector", "gpu-type=none-such")
     assert result.exit_code == 3
     assert "there is no eligible node" in result.stderr
+
+
+def test_a_resource_no_node_advertises_is_bad_input_as_for_the_manager() -> None:
+    result = run("plan", "--gpus", "1", "--cluster", CLUSTER, "--resource", "amd.com/gpu")
+    assert result.exit_code == 2
+    assert "no node advertises 'amd.com/gpu' (extended resources in this cluster: nvidia.com/gpu)" in \
+        result.stderr
 
 
 @pytest.mark.parametrize(
@@ -223,7 +230,7 @@ def test_cannot_place_with_no_eligible_node() -> None:
         ),
         (
             ["plan", "--gpus", "1", "--cluster", CLUSTER, "--topology-key", "no-such-label"],
-            "--topology-key no-such-label: no eligible node has this label",
+            "no eligible node has the label 'no-such-label'",
         ),
         (["inventory", "--cluster", CLUSTER, "--toleration", "dedicated:Sometimes"], "effect 'Sometimes'"),
         (["inventory", "--cluster", CLUSTER, "--node-selector", "gpu-type"], "'gpu-type' is not KEY=VALUE"),

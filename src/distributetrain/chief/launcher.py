@@ -39,6 +39,7 @@ from distributetrain.chief.settings import Settings, parse_settings
 from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.naming import TRANSPORTS
+from distributetrain.observe import chieflog
 
 log = logging.getLogger("distributetrain.chief.launcher")
 
@@ -297,8 +298,8 @@ def _report(code: int, failure: Failure | None, hosts: Sequence[HostSlots], num_
     """Log how horovodrun ended; return the training's exit code."""
     result = exit_code_for(code, failure)
     if failure is not None:
-        log.error("rank %d on %s exited with %d; the training failed with exit code %d", failure.rank,
-                  rank_host(hosts, failure.rank) or "?", failure.exit_code, result)
+        failed = chieflog.RankFailed(failure.rank, rank_host(hosts, failure.rank) or "?", failure.exit_code)
+        log.error("%s", chieflog.rank_failed(failed, result=result))
     elif result:
         log.error("horovodrun exited with %d", result)
     else:

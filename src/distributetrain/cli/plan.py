@@ -10,14 +10,13 @@ import click
 
 from distributetrain.errors import CannotPlace, InvalidInput
 from distributetrain.naming import DEFAULT_RESOURCE
+from distributetrain.placement import fit
 from distributetrain.placement import inventory as inv
 from distributetrain.placement.clusterfiles import read_cluster_files
 from distributetrain.placement.planner import POLICIES, InsufficientGpus, Plan, plan
 from distributetrain.placement.tolerations import job_tolerations, parse_tolerations
 from distributetrain.quantity import parse_count
 from distributetrain.request.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
-
-_EXCLUDED_SHOWN = 10
 
 _CLUSTER_HELP = ("A file of nodes and pods, as `kubectl get nodes,pods -A -o json` writes it (a v1 List), "
                  "or NodeList/PodList files, JSON or YAML. Repeat for several files. "
@@ -56,15 +55,19 @@ def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], 
 
 def _rows(cluster_files: Sequence[str], resource: str, tolerations: Sequence[str],
           node_selectors: Sequence[str], kubeconfig: str | None,
-          context: str | None) -> tuple[inv.NodeGpus, ...]:
+          context: str | None, *, to_place: bool = False) -> tuple[inv.NodeGpus, ...]:
+    """The nodes as the inventory sees them; `to_place`: by the fit rules a job is placed with (a resource
+    no node advertises is then bad input, as the manager says, not an empty table)."""
     extra = parse_tolerations(list(tolerations))
-    selector = parse_node_selector(list(node_selectors))
+    demand = inv.PodDemand(role="job pod", tolerations=job_tolerations(resource, extra),
+                           node_selector=parse_node_selector(list(node_selectors)))
     if cluster_files:
         nodes, pods = read_cluster_files(paths=cluster_files)
     else:
         nodes, pods = _read_live(kubeconfig, context)
-    return inv.inventory(nodes, pods, resource=resource, tolerations=job_tolerations(resource, extra),
-                         node_selector=selector)
+    if to_place:
+        return fit.survey(nodes, pods, resource=resource, demands=(demand,), job_gpus=0)
+    return inv.inventory(nodes, pods, resource=resource, demands=(demand,))
 
 
 class _GpuCount(click.IntRange):
@@ -86,18 +89,6 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells)
     return "\n".join(line.rstrip() for line in lines)
-
-
-def _excluded_text(rows: Sequence[inv.NodeGpus]) -> str:
-    excluded = [row for row in rows if not row.eligible]
-    if not excluded:
-        return "No node was excluded."
-    held = sum(row.free for row in excluded)
-    lines = [f"Excluded {len(excluded)} of {len(rows)} node(s), with {held} GPU(s) free on them:"]
-    lines += [f"  {row.node} ({row.free} free): {row.reason}" for row in excluded[:_EXCLUDED_SHOWN]]
-    if len(excluded) > _EXCLUDED_SHOWN:
-        lines.append(f"  ... and {len(excluded) - _EXCLUDED_SHOWN} more (see `distributetrain inventory`)")
-    return "\n".join(lines)
 
 
 @click.command("inventory", epilog="""\b
@@ -204,24 +195,18 @@ def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | Non
     Nothing is created. Exit code 3 when the request does not fit the free GPUs of the eligible nodes.
     """
     rows: tuple[inv.NodeGpus, ...] = ()
-    topology = None
-    if free_items:
-        if cluster_files or tolerations or node_selectors or topology_key:
-            raise InvalidInput("--free gives the free GPUs directly: it cannot be combined with --cluster, "
-                               "--toleration, --node-selector or --topology-key")
-        free = _parse_free(free_items)
-    else:
-        rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context)
-        free = inv.free_gpus(rows)
-        if topology_key:
-            topology = inv.topology(rows, topology_key)
-            if free and not topology:
-                raise InvalidInput(f"--topology-key {topology_key}: no eligible node has this label; check "
-                                   "the name with: kubectl get nodes --show-labels")
     try:
-        result = plan(free, gpus, topology=topology, policy=policy)
+        if free_items:
+            if cluster_files or tolerations or node_selectors or topology_key:
+                raise InvalidInput("--free gives the free GPUs directly: it cannot be combined with "
+                                   "--cluster, --toleration, --node-selector or --topology-key")
+            result = plan(_parse_free(free_items), gpus, policy=policy)
+        else:
+            rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context,
+                         to_place=True)
+            result = fit.place(rows, gpus, policy=policy, topology_key=topology_key)
     except InsufficientGpus as err:
-        detail = f"\n{_excluded_text(rows)}" if rows else ""
+        detail = f"\n{fit.excluded_text(rows)}" if rows else ""
         raise CannotPlace(f"{err}.{detail}") from err
     if as_json:
         click.echo(json.dumps(_plan_json(result, resource, topology_key), indent=2))

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from distributetrain import naming, podstatus
-from distributetrain.errors import AlreadyExists, CannotPlace, InvalidInput, WorkerFailed
-from distributetrain.kube import gateway
+from distributetrain.errors import CannotPlace, InvalidInput, WorkerFailed
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot
-from distributetrain.manager import manifests
+from distributetrain.manager import manifests, placing
 from distributetrain.manager.recovery import (
     Member,
     Recovery,
@@ -38,7 +37,8 @@ from distributetrain.manager.recovery import (
 )
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
-from distributetrain.placement import checks, inventory, planner
+from distributetrain.placement import checks, fit, inventory, planner
+from distributetrain.placement.inventory import NodeGpus
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 FIRST_LOOK = 2.0  # seconds before looking for room again after a plan found none; doubles to grow_interval
@@ -107,7 +107,8 @@ class Keeper:
         self.recovering = False                 # restart mode: a relaunch is owed
         self.history: list[str] = []            # what each recovery came to, for the final line
         self._lock = threading.Lock()           # chief_line runs in the log follower's thread
-        self.demand = manifests.pod_demand(spec, naming.ROLE_WORKER)
+        self.demands = placing.demands(spec, (naming.ROLE_WORKER,))
+        self.run_id = uuid.uuid4().hex  # this keeper's creates: a retried POST that succeeded is adopted
         claim = kube.get("persistentvolumeclaims", spec.namespace, spec.volume_claim) if spec.volume_claim \
             else None
         self.claim = claim
@@ -304,12 +305,9 @@ class Keeper:
         now = self._clock()
         self.next_look = None
         spec = self.spec
-        nodes, pods = gateway.list_nodes_and_pods(kube=self.kube)
-        with gateway.gc_paused():
-            rows = inventory.inventory(nodes, pods, resource=spec.resource, demands=(self.demand,),
-                                       job_gpus=spec.gpus)
-        del nodes, pods
-        free = self._usable(inventory.free_gpus(rows))
+        rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
+        allow = self._allowed_nodes()
+        free = {n: g for n, g in inventory.free_gpus(rows).items() if allow is None or n in allow}
         add = gpus_to_add(self.recovery, running=self.holding, free=sum(free.values()))
         short = self.recovery.target - self.holding
         if add <= 0:
@@ -319,7 +317,8 @@ class Keeper:
             self._look_later(now, short > 0)
             return
         try:
-            plan = planner.plan(free, add, topology=self._topology(rows), policy=spec.placement_policy)
+            plan = fit.place(rows, add, policy=spec.placement_policy, topology_key=spec.topology_key,
+                             allow=allow, domain=self._home_domain(rows))
         except CannotPlace as err:
             self.reporter.say(f"cannot place {add} GPU(s) for the job yet: {err}")
             self._look_later(now, short > 0)
@@ -340,21 +339,19 @@ class Keeper:
         elif self.recovery.elastic and self.holding < self.recovery.maximum:
             self.next_look = now + self.recovery.grow_interval
 
-    def _usable(self, free: dict[str, int]) -> dict[str, int]:
-        """Free GPUs where a replacement may go: a ReadWriteOnce claim keeps the job on the chief's node."""
+    def _allowed_nodes(self) -> set[str] | None:
+        """Where a replacement may go: a ReadWriteOnce claim keeps the job on the nodes it is on; else
+        anywhere (None)."""
         if self.claim is not None and not (set(checks.claim_modes(self.claim)) & checks.SHARED_MODES):
-            nodes = {m.node for m in self.members.values()} | {self._chief_node()}
-            return {n: g for n, g in free.items() if n in nodes}
-        return free
+            return {m.node for m in self.members.values()} | {self._chief_node()}
+        return None
 
-    def _topology(self, rows: Any) -> dict[str, str] | None:
+    def _home_domain(self, rows: Sequence[NodeGpus]) -> str | None:
         """With --topology-key, replacements stay in the chief's domain."""
         key = self.spec.topology_key
         if not key:
             return None
-        domains = inventory.topology(rows, key)
-        home = next((r.labels.get(key) for r in rows if r.node == self._chief_node()), None)
-        return {n: d for n, d in domains.items() if d == home} or None
+        return next((r.labels.get(key) for r in rows if r.node == self._chief_node()), None)
 
     def _chief_node(self) -> str:
         chief = self.kube.get("pods", self.spec.namespace, self.chief) or {}
@@ -369,8 +366,8 @@ class Keeper:
             name = body["metadata"]["name"]
             self.names.add(name)
             try:
-                self.kube.create(body)
-            except AlreadyExists:
+                placing.create_owned(self.kube, body, run_id=self.run_id, job=self.spec.job_name)
+            except placing.NameTaken:
                 continue  # a namesake from an earlier run of the job: take the next number
             self.pending[name] = Pending(entry.node, entry.gpus, self._clock())
             self.reporter.say(f"worker {name} created on {entry.node} with {joblog.gpus_text(entry.gpus)}")

@@ -10,7 +10,6 @@ chief runs, the active deadline) it reads from the job's pods.
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import threading
 import time
@@ -31,7 +30,7 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot, Watched
 from distributetrain.manager import cleanup
 from distributetrain.manager.keeper import Keeper, keeper_for
-from distributetrain.observe import joblog
+from distributetrain.observe import chieflog, joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
@@ -41,8 +40,6 @@ log = logging.getLogger(__name__)
 LOST_REASONS = frozenset({"NodeLost", "Evicted", "Shutdown", "Terminated", "UnexpectedAdmissionError"})
 # how long the chief of a job started elsewhere may take to start (JobSpec's schedule timeout default)
 CHIEF_START_TIMEOUT = 300.0
-# the launcher's own words when a rank fails (launcher.run): "rank N on HOST exited with CODE"
-RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
 
 
 class LogFollower(threading.Thread):
@@ -187,10 +184,10 @@ def failed_rank(lines: Iterable[bytes], pods: Mapping[str, podstatus.Pod]) -> st
     """The rank the chief's launcher reported failed, named as the user knows it: the pod holding that
     address, its role and node (the launcher itself only knows the pod IP)."""
     for line in reversed(list(lines)):
-        match = RANK_FAILED.search(line)
-        if match is None:
+        failed = chieflog.parse_rank_failed(line)
+        if failed is None:
             continue
-        rank, host, code = int(match[1]), match[2].decode("utf-8", "replace"), match[3].decode()
+        rank, host, code = failed.rank, failed.host, failed.exit_code
         for name, pod in sorted(pods.items()):
             if podstatus.pod_ip(pod) == host or name == host:  # elastic Horovod names a worker by its pod
                 return (f"rank {rank} on {podstatus.role(pod) or 'pod'} {name}, node {podstatus.node(pod)}, "

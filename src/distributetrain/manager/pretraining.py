@@ -22,24 +22,19 @@ from distributetrain import naming, podstatus
 from distributetrain.errors import (
     ApiError,
     CannotPlace,
-    Conflict,
     DeadlineExceeded,
     InvalidInput,
-    NotFound,
     ScheduleTimeout,
 )
 from distributetrain.hostfile import HostSlots
-from distributetrain.kube import gateway, requests
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from distributetrain.manager import cleanup, manifests, sshkeys
+from distributetrain.manager import cleanup, manifests, placing, sshkeys
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
-from distributetrain.placement import checks, inventory, planner
+from distributetrain.placement import checks, fit, planner
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
-# stamped on every object one manager run creates: a 409 on create is then ours (a retried POST) or not
-RUN_ANNOTATION = "distributetrain.io/run"
 GPU_WAIT_MAX_INTERVAL = 30.0
 
 
@@ -78,8 +73,7 @@ class PreTraining:
         self.deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
         self.touched = False  # whether this run created or adopted anything (and may therefore clean up)
         # what a worker and the chief ask of a node besides GPUs (the template, cpu, memory, /dev/shm)
-        self.demands = (manifests.pod_demand(spec, naming.ROLE_WORKER),
-                        manifests.pod_demand(spec, naming.ROLE_CHIEF))
+        self.demands = placing.demands(spec)
         self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
 
     def run(self) -> StartedJob:
@@ -182,24 +176,15 @@ class PreTraining:
             self.claim = self._read_claim(spec.volume_claim)
         while True:
             self._check_deadline("planning")
-            nodes, pods = gateway.list_nodes_and_pods(kube=self.kube)
-            _check_resource_known(nodes, spec.resource)
-            why = checks.ipv6_only(manager_ips=self.owner.pod_ips if self.owner else (), nodes=nodes)
-            if why:
-                raise InvalidInput(checks.ipv6_message(why))
-            with gateway.gc_paused():
-                rows = inventory.inventory(nodes, pods, resource=spec.resource, demands=self.demands,
-                                           job_gpus=spec.gpus)
-            del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
+            rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
             table = joblog.inventory_lines(rows, resource=spec.resource)
             if table != shown:  # waiting for GPUs: the same table again says nothing new
                 for line in table:
                     self.reporter.say(line)
                 shown = table
-            topology = inventory.topology(rows, spec.topology_key) if spec.topology_key else None
             try:
-                plan = planner.plan(inventory.free_gpus(rows), spec.gpus, topology=topology,
-                                    policy=spec.placement_policy)
+                plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
+                                 topology_key=spec.topology_key)
             except CannotPlace as err:
                 if self._clock() + interval > wait_until:
                     waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
@@ -254,31 +239,7 @@ class PreTraining:
 
     # ---- objects ----------------------------------------------------------------------------------------
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create, stamped with this run's id. A 409 is this run's own object when it carries the stamp (a
-        retried POST that had succeeded): adopted. A 409 for an object that is not there (a conflict that went
-        away) is retried. Anything else with that name is refused, never touched."""
-        meta = body["metadata"]
-        meta.setdefault("annotations", {})[RUN_ANNOTATION] = self.run_id
-        kind = requests.RESOURCE_OF_KIND[body["kind"]]
-        for attempt in range(1, 4):
-            try:
-                return self.kube.create(body)
-            except Conflict as err:  # any 409 on a create: the name is taken, or was while the POST raced
-                existing = self.kube.get(kind, meta["namespace"], meta["name"])
-                if existing is None and attempt < 3:
-                    continue
-                stamp = ((existing or {}).get("metadata", {}).get("annotations") or {}).get(RUN_ANNOTATION)
-                if existing and stamp == self.run_id:
-                    return existing
-                raise ApiError(f"{body['kind']} {meta['namespace']}/{meta['name']} already exists and was "
-                               f"not created by this manager ({err}); delete it (distributetrain delete "
-                               f"{self.spec.job_name}) or choose another --job-name") from err
-            except NotFound as err:
-                if requests.is_missing_namespace(err, meta["namespace"]):
-                    raise InvalidInput(f"namespace: {meta['namespace']!r} does not exist ({err}); create it "
-                                       "or pass --namespace; nothing was created") from err
-                raise
-        raise AssertionError("unreachable")
+        return placing.create_owned(self.kube, body, run_id=self.run_id, job=self.spec.job_name)
 
     def _delete_gang(self, names: list[str]) -> None:
         """Delete the gang (and its hostfile) and wait until its pods are gone, so the re-plan sees their GPUs
@@ -360,16 +321,3 @@ def _started(pod: podstatus.Pod) -> bool:
     if phase == "Failed":
         return not (pod.get("status") or {}).get("reason") and podstatus.exit_code(pod) is not None
     return phase in ("Running", "Succeeded")
-
-
-def _check_resource_known(nodes: list[dict[str, Any]], resource: str) -> None:
-    """A resource no node advertises is a typo (exit 2), not a shortage (exit 3)."""
-    known: set[str] = set()
-    for node in nodes:
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        if resource in allocatable:
-            return
-        known.update(k for k in allocatable if "/" in k)
-    listed = ", ".join(sorted(known)) or "none"
-    raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
-                       f"{listed}); pass --resource with one of them; nothing was created")

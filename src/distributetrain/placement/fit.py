@@ -1,0 +1,74 @@
+"""Whether, and where, a request fits: the one set of fit rules every path shares - the manager's first gang,
+an elastic or restart job's replacements, `run --dry-run` and `plan` - so a preview and a run cannot
+disagree. Pure: the caller fetched the nodes and pods (manager/placing.py does, for the live cluster).
+
+`survey` turns nodes and pods into per-node rows (free GPUs, and room for each pod's cpu, memory, template
+and taints: inventory.py); `place` splits GPUs over the eligible rows (planner.py), within an optional set of
+nodes, avoiding others, inside one topology domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+from distributetrain.errors import InvalidInput
+from distributetrain.placement import inventory, planner
+from distributetrain.placement.inventory import NodeGpus, PodDemand
+
+EXCLUDED_SHOWN = 10  # nodes listed by name in a refusal; the rest are counted
+
+
+def check_resource_known(nodes: Iterable[Mapping[str, Any]], resource: str) -> None:
+    """A resource no node advertises is a typo (exit 2), not a shortage (exit 3)."""
+    known: set[str] = set()
+    for node in nodes:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if resource in allocatable:
+            return
+        known.update(k for k in allocatable if "/" in k)
+    listed = ", ".join(sorted(known)) or "none"
+    raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
+                       f"{listed}); pass --resource with one of them; nothing was created")
+
+
+def survey(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, resource: str,
+           demands: Sequence[PodDemand] | None, job_gpus: int) -> tuple[NodeGpus, ...]:
+    """Per node: free GPUs and whether (and how many of them) a job pod can use. `demands`: what each of the
+    job's pod roles asks of a node besides GPUs (manifests.pod_demand); None for GPUs only."""
+    check_resource_known(nodes, resource)
+    return inventory.inventory(nodes, pods, resource=resource, demands=demands, job_gpus=job_gpus)
+
+
+def place(rows: Sequence[NodeGpus], gpus: int, *, policy: str, topology_key: str | None = None,
+          allow: Collection[str] | None = None, avoid: Collection[str] = (),
+          domain: str | None = None) -> planner.Plan:
+    """Split `gpus` over the eligible rows by `policy`: only nodes in `allow` (when given), none in `avoid`,
+    and with `topology_key`, the fewest domains of that label - only `domain` when it is given (a
+    replacement stays beside the job). CannotPlace (planner.InsufficientGpus) when it does not fit; exit 2
+    when no eligible node carries the topology label at all (a typo, not a shortage)."""
+    free = {node: count for node, count in inventory.free_gpus(rows).items()
+            if (allow is None or node in allow) and node not in avoid}
+    topology = None
+    if topology_key:
+        topology = inventory.topology(rows, topology_key)
+        if inventory.free_gpus(rows) and not topology:
+            raise InvalidInput(f"topology_key (--topology-key, DT_TOPOLOGY_KEY): no eligible node has the "
+                               f"label {topology_key!r}; check the name: kubectl get nodes --show-labels")
+        if domain is not None:
+            topology = {node: d for node, d in topology.items() if d == domain}
+            free = {node: count for node, count in free.items() if node in topology}
+    return planner.plan(free, gpus, topology=topology, policy=policy)
+
+
+def excluded_text(rows: Sequence[NodeGpus]) -> str:
+    """Which nodes were not eligible and why, for a refusal: the first EXCLUDED_SHOWN by name."""
+    excluded = [row for row in rows if not row.eligible]
+    if not excluded:
+        return "No node was excluded."
+    held = sum(row.free for row in excluded)
+    lines = [f"Excluded {len(excluded)} of {len(rows)} node(s), with {held} GPU(s) free on them:"]
+    lines += [f"  {row.node} ({row.free} free): {row.reason}" for row in excluded[:EXCLUDED_SHOWN]]
+    if len(excluded) > EXCLUDED_SHOWN:
+        lines.append(f"  ... and {len(excluded) - EXCLUDED_SHOWN} more (see `distributetrain inventory`)")
+    return "\n".join(lines)
