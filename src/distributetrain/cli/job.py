@@ -3,8 +3,8 @@
 `run` is what `distributetrain-manager` runs: PreTraining (`launch`) then PostTraining (`wait`) in one
 process. Their options are JobSpec's fields (cli/options.py); each falls back to its environment variable
 (DT_ + its name, e.g. DT_GPUS), which is how manifests/DistributeTrain_Manager.yaml passes the request. The
-other commands take a job as a JobRef: JOB (else DT_JOB_NAME) and -n (else DT_NAMESPACE). The manager image's Manager.sh runs the two phases
-as two processes instead: `launch --quiet`, then the hidden `posttraining`.
+manager image's Manager.sh runs the two phases as two processes instead: `launch --quiet`, then the hidden
+`posttraining`. The other commands take a job as a JobRef: JOB (else DT_JOB_NAME) and -n (else DT_NAMESPACE).
 """
 
 from __future__ import annotations
