@@ -12,7 +12,7 @@ from distributetrain.errors import EXIT_USAGE, InvalidInput
 from distributetrain.naming import DEFAULT_COMMAND
 from distributetrain.placement.tolerations import Toleration
 from distributetrain.request.fieldparsers import MAX_GPUS, parse_duration
-from distributetrain.request.jobspec import JobSpec, ManagerIdentity, env_name, option_name
+from distributetrain.request.jobspec import FIELD, JobSpec, ManagerIdentity
 
 IMAGE = "registry.example.com/team/train:1.0"
 
@@ -74,7 +74,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         restarts=2, replace_timeout=300.0, grow_interval=10.0)
     assert s.recovery == "restart"
     # every field has its variable, named DT_<FIELD>
-    assert {env_name(f.name) for f in dataclasses.fields(JobSpec)} == set(env)
+    assert {FIELD[f.name].env for f in dataclasses.fields(JobSpec)} == set(env)
 
 
 def test_elastic_and_restart_requests() -> None:
@@ -139,7 +139,7 @@ def test_command_as_json_list() -> None:
 def test_invalid_field_is_named(field: str, value: object, fragment: str) -> None:
     extra = {"volume_claim": "data"} if field == "mount_path" else {}
     message = problems({field: value, **extra})
-    assert f"{field} ({option_name(field)})" in message
+    assert f"{field} ({FIELD[field].option})" in message
     assert fragment in message
     assert "nothing was created" in message
 

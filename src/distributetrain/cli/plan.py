@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
+from distributetrain.cli.options import field_option
 from distributetrain.errors import CannotPlace, InvalidInput
-from distributetrain.naming import DEFAULT_RESOURCE
 from distributetrain.placement import fit
 from distributetrain.placement import inventory as inv
 from distributetrain.placement.clusterfiles import read_cluster_files
-from distributetrain.placement.planner import POLICIES, InsufficientGpus, Plan, plan
+from distributetrain.placement.planner import InsufficientGpus, Plan, plan
 from distributetrain.placement.tolerations import job_tolerations, parse_tolerations
 from distributetrain.quantity import parse_count
 from distributetrain.request.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
@@ -24,17 +24,13 @@ _CLUSTER_HELP = ("A file of nodes and pods, as `kubectl get nodes,pods -A -o jso
 
 
 def _cluster_options(command: Any) -> Any:
-    """The options shared by both commands: where the cluster comes from and who a worker is."""
+    """The options shared by both commands: where the cluster comes from and who a worker is (the request's
+    fields, without their variables: a preview reads only its options)."""
     options = [
         click.option("--cluster", "cluster_files", multiple=True, metavar="FILE", help=_CLUSTER_HELP),
-        click.option("--resource", default=DEFAULT_RESOURCE, show_default=True, metavar="R",
-                     help="The extended resource a worker requests "
-                          "(e.g. amd.com/gpu, nvidia.com/mig-1g.10gb)."),
-        click.option("--toleration", "tolerations", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
-                     help="A taint workers tolerate, besides `nvidia.com/gpu` and R (any value, any effect). "
-                          "Without =VALUE any value matches; `*` tolerates every taint. Repeatable."),
-        click.option("--node-selector", "node_selectors", multiple=True, metavar="KEY=VALUE",
-                     help="Only nodes with this label value are eligible. Repeatable (all must match)."),
+        field_option("resource", env=False),
+        field_option("tolerations", env=False),
+        field_option("node_selector", env=False, dest="node_selectors"),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option("--kubeconfig", metavar="FILE", envvar="KUBECONFIG",
                      help="Kubeconfig of the live cluster; inside a pod the in-cluster config is used."),
@@ -177,14 +173,11 @@ Policies:
   optimal        fewest topology domains, then fewest nodes, then the biggest free blocks left (default)
   largest-first  the original design: take the largest free counts first, the last one partially
 """)
-@click.option("--gpus", required=True, type=_GpuCount(), metavar="N",
-              help="GPUs to place (N >= 1).")
+@field_option("gpus", env=False, type=_GpuCount())
 @click.option("--free", "free_items", multiple=True, metavar="NODE=COUNT,...",
               help="Free GPUs per eligible node, instead of reading a cluster (e.g. a=5,b=3,c=2).")
-@click.option("--topology-key", metavar="LABEL",
-              help="Keep the job in the fewest domains of this node label first (e.g. a rack label).")
-@click.option("--policy", type=click.Choice(list(POLICIES)), default="optimal", show_default=True,
-              help="How to split the request.")
+@field_option("topology_key", env=False)
+@field_option("placement_policy", env=False, dest="policy")
 @_cluster_options
 def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | None, policy: str,
                  cluster_files: tuple[str, ...], resource: str, tolerations: tuple[str, ...],

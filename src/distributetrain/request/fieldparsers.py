@@ -17,7 +17,7 @@ from typing import Any
 from distributetrain import naming
 from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import check_label_value, check_qualified_name, is_subdomain
-from distributetrain.quantity import parse_quantity
+from distributetrain.quantity import format_quantity, parse_quantity
 
 MIN_GPUS = 1
 # The largest GPU clusters in service hold about 100,000 GPUs; a request above that is a typo, not a plan.
@@ -48,6 +48,17 @@ def parse_duration(value: Any) -> float:
     if seconds != seconds or seconds < 0 or seconds == float("inf"):
         raise ValueError(f"{value!r} is not a non-negative duration")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as parse_duration reads it, in its largest whole unit: 0, 30s, 5m, 2h."""
+    if not seconds:
+        return "0"
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _DURATION_UNITS[unit]
+        if count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds:g}"
 
 
 def parse_positive_duration(value: Any) -> float:
@@ -232,6 +243,14 @@ def parse_amount(value: Any) -> Fraction:
     if amount < 0:
         raise ValueError(f"{value!r} is negative")
     return amount
+
+
+def format_amount(amount: Fraction) -> str:
+    """A quantity as parse_amount reads it: 8Gi for whole gibibytes, 2 or 500m otherwise."""
+    for suffix, size in (("Gi", 2**30), ("Mi", 2**20)):
+        if amount and amount % size == 0:
+            return f"{amount // size}{suffix}"
+    return format_quantity(amount)
 
 
 def _words(value: Any) -> list[str]:

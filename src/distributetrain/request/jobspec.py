@@ -1,29 +1,28 @@
 """A job's request, `JobSpec`: every field typed, documented and validated before anything is created.
 
-Sources, highest precedence first: command-line arguments, environment variables (the names below, which
-`manifests/DistributeTrain_Manager.yaml` sets), defaults. Every problem is collected and reported at once,
-each naming its field and the variable that would set it.
+Each field is declared once, on JobSpec: its default, its parser, its option and help (fields.py); the CLI's
+options are made from it. Sources, highest precedence first: command-line arguments, environment variables
+(DT_ + the field's name in capitals, which `manifests/DistributeTrain_Manager.yaml` sets), defaults. Every
+problem is collected and reported at once, each naming its field and the option or variable that set it.
+`JobRef` is a job by name and namespace, read the way the request reads those two fields.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.errors import InvalidInput
 from distributetrain.placement.planner import POLICIES
 from distributetrain.placement.tolerations import Toleration, job_tolerations, parse_tolerations
 from distributetrain.request import podtemplate
 from distributetrain.request.fieldparsers import (
     PULL_POLICIES,
-    Parser,
-    optional,
     parse_amount,
     parse_bool,
-    parse_choice,
     parse_cidrs,
     parse_command,
     parse_duration,
@@ -42,6 +41,7 @@ from distributetrain.request.fieldparsers import (
     parse_resource,
     parse_subdomain_name,
 )
+from distributetrain.request.fields import describe, invalid, read, request_fields
 from distributetrain.request.podtemplate import PodTemplate
 
 PLACEMENT_POLICIES = tuple(POLICIES)
@@ -57,8 +57,6 @@ DEFAULT_MEMORY_PER_GPU = Fraction(8 * GIB)
 DEFAULT_SHM_SIZE = Fraction(GIB)
 MIG_PREFIX = "nvidia.com/mig-"
 
-# Environment variables: one per field, `DT_` + the field name in capitals.
-ENV_PREFIX = "DT_"
 # The manager pod learns its own identity from the downward API (manifests/DistributeTrain_Manager.yaml).
 ENV_MANAGER_POD_NAME = "DT_MANAGER_POD_NAME"
 ENV_MANAGER_POD_UID = "DT_MANAGER_POD_UID"
@@ -85,115 +83,180 @@ class ManagerIdentity:
                                pod_ips=ips)
 
 
+def _selector_pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """node_selector's value: sorted (key, value) pairs, so equal selectors compare equal."""
+    return tuple(sorted(parse_node_selector(value).items()))
+
+
 @dataclass(frozen=True)
 class JobSpec:
-    """One training job's request. Durations are in seconds."""
+    """One training job's request. Durations are in seconds.
 
-    gpus: int
-    """How many GPUs (= Horovod processes) in total, over every pod. Env DT_GPUS. Required."""
-    image: str
-    """The base training image of every job pod (sshd in workers, the launcher in the chief). Env DT_IMAGE."""
-    job_name: str = naming.DEFAULT_JOB_NAME
-    """Names and labels every object of the job; a manager restarted with the same name adopts or cleans up
-    the old objects. Lower-case DNS label of at most naming.JOB_NAME_MAX characters. Env DT_JOB_NAME."""
-    namespace: str = naming.DEFAULT_NAMESPACE
-    """Where the job's pods, Secret, ConfigMap and NetworkPolicy live. Env DT_NAMESPACE."""
-    command: tuple[str, ...] = naming.DEFAULT_COMMAND
-    """What horovodrun starts on every rank. Env DT_COMMAND: a shell-quoted string or a JSON list."""
-    resource: str = naming.DEFAULT_RESOURCE
-    """The extended resource counted as GPUs (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb...).
-    Env DT_RESOURCE."""
-    tolerations: tuple[Toleration, ...] = ()
-    """Extra tolerations for job pods, besides those of the resource's own taint (the ones the
-    ExtendedResourceToleration admission plugin would add). Env DT_TOLERATIONS: comma-separated
-    KEY[=VALUE][:EFFECT], `*` for every taint, or a JSON list of tolerations."""
-    node_selector: tuple[tuple[str, str], ...] = ()
-    """Only nodes with all these labels are used. Env DT_NODE_SELECTOR: KEY=VALUE,KEY=VALUE."""
-    topology_key: str | None = None
-    """A node label (e.g. topology.kubernetes.io/zone): every pod of the job lands in one domain of it.
-    Env DT_TOPOLOGY_KEY."""
-    placement_policy: str = "optimal"
-    """The planner's policy (see docs/planner.md). Env DT_PLACEMENT_POLICY."""
-    ssh_port: int = naming.DEFAULT_SSH_PORT
-    """The port the workers' sshd listens on and the chief connects to. Env DT_SSH_PORT."""
-    schedule_timeout: float = 300.0
-    """How long the gang of workers may take to be Running and Ready before it is deleted and re-planned.
-    Env DT_SCHEDULE_TIMEOUT (e.g. 300, 90s, 5m)."""
-    retries: int = 3
-    """How many times a gang that missed the schedule timeout is re-planned and re-created. Env DT_RETRIES."""
-    backoff: float = 10.0
-    """Wait before the first retry; doubles on each further retry. Env DT_BACKOFF."""
-    ssh_timeout: float = 120.0
-    """How long the launcher in the chief waits for every worker's sshd to accept the job key.
-    Env DT_SSH_TIMEOUT."""
-    active_deadline: float | None = None
-    """Wall-clock limit of the whole job, from the manager's start; None: no limit. Env DT_ACTIVE_DEADLINE."""
-    wait_for_gpus: float = 0.0
-    """When the request does not fit the free GPUs, wait up to this long for room (creating nothing while
-    waiting) instead of failing at once. Env DT_WAIT_FOR_GPUS."""
-    keep_chief: bool = True
-    """Keep the ended chief pod so its log survives. Env DT_KEEP_CHIEF (true/false)."""
-    volume_claim: str | None = None
-    """A PersistentVolumeClaim mounted in every job pod (Train.py and data). Env DT_VOLUME_CLAIM."""
-    mount_path: str = DEFAULT_MOUNT_PATH
-    """Where the claim is mounted. Env DT_MOUNT_PATH."""
-    network_interface: str | None = None
-    """The interface Horovod uses between pods (e.g. eth0); None: Horovod picks. Env DT_NETWORK_INTERFACE."""
-    transport: str = naming.TRANSPORTS[0]
-    """Horovod's controller: gloo or mpi. Env DT_TRANSPORT."""
-    network_policy: bool = True
-    """Create a NetworkPolicy that admits traffic to job pods only from job pods. Env DT_NETWORK_POLICY."""
-    service_account: str | None = None
-    """The ServiceAccount of job pods; None: the namespace default, with no API token mounted.
-    Env DT_SERVICE_ACCOUNT."""
-    image_pull_policy: str | None = None
-    """Always, IfNotPresent or Never; None: Kubernetes' default for the tag. Env DT_IMAGE_PULL_POLICY."""
-    image_pull_secrets: tuple[str, ...] = ()
-    """Secrets (type kubernetes.io/dockerconfigjson) job pods pull their image with, besides the template's.
-    Env DT_IMAGE_PULL_SECRETS, comma-separated."""
-    pod_template: PodTemplate | None = None
-    """A PodTemplateSpec YAML file every job pod starts from (podtemplate.py says what it may set). Env
-    DT_POD_TEMPLATE; the shipped manifest points it at the distributetrain-pod-template ConfigMap."""
-    worker_template: PodTemplate | None = None
-    """The template of worker pods, instead of pod_template. Env DT_WORKER_TEMPLATE."""
-    chief_template: PodTemplate | None = None
-    """The template of the chief, instead of pod_template. Env DT_CHIEF_TEMPLATE."""
-    cpu_per_gpu: Fraction = DEFAULT_CPU_PER_GPU
-    """CPU requested per GPU of a job pod (no CPU limit: throttling slows the input pipeline); 0: none.
-    The template's own cpu, if it names one, wins. Env DT_CPU_PER_GPU."""
-    memory_per_gpu: Fraction = DEFAULT_MEMORY_PER_GPU
-    """Memory per GPU of a job pod, requested and limited alike (plus shm_size); 0: none. The template's own
-    memory, if it names one, wins. Env DT_MEMORY_PER_GPU."""
-    shm_size: Fraction = DEFAULT_SHM_SIZE
-    """Size of the memory-backed /dev/shm of job containers (NCCL's shared-memory transport needs more than
-    a container's 64 MiB); counted in the pod's memory; 0: no such volume. Env DT_SHM_SIZE."""
-    preflight: bool = False
-    """Before the training, the chief runs a short Horovod all-reduce sweep over every rank and fails fast
-    (exit 76) naming a pod that is unreachable or hangs (docs/images.md). Off by default: it starts Horovod
-    and TensorFlow once more, seconds to tens of seconds (docs/benchmarks.md). Env DT_PREFLIGHT."""
-    min_busbw: float | None = None
-    """With the pre-flight check (which this turns on): the bus bandwidth, in GB/s, its all-reduce must reach
-    at its largest size, else the job fails naming the slowest pod. Env DT_MIN_BUSBW."""
-    allow_egress: tuple[str, ...] = ()
-    """CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: anywhere), in
-    the job's NetworkPolicy. Env DT_ALLOW_EGRESS, comma-separated."""
-    min_gpus: int | None = None
-    """Elastic Horovod: the fewest GPUs the job may train on, `gpus` being its target. A lost worker (its pod
-    or its node) then does not end the job: the other ranks go on from the last committed state while at
-    least this many remain, and the manager replaces the worker on the best free GPUs. None: not elastic.
-    Env DT_MIN_GPUS."""
-    max_gpus: int | None = None
-    """Elastic: the most GPUs the job may grow to when more free up (default: gpus). Env DT_MAX_GPUS."""
-    restarts: int = 0
-    """Not elastic: how many times a training that failed because a worker or its node was lost is relaunched
-    on replaced workers, resuming from rank 0's latest checkpoint. 0: a lost worker ends the job (exit 70).
-    Env DT_RESTARTS."""
-    replace_timeout: float = 600.0
-    """How long lost workers may wait for free GPUs to be replaced before the job fails (exit 70): an elastic
-    job while fewer than min_gpus run, a restart job before each relaunch. Env DT_REPLACE_TIMEOUT."""
-    grow_interval: float = 30.0
-    """How often the manager looks for free GPUs while the job runs short of its target (lost workers not yet
-    replaced), or, elastic, below max_gpus. Env DT_GROW_INTERVAL."""
+    Each field is declared once, here: its default, its parser, its option and help line (`describe`,
+    fields.py); its variable is DT_ + its name in capitals."""
+
+    gpus: int = field(metadata=describe(
+        parse_gpus, "N", help="GPUs (= Horovod processes) in total, at least 1.",
+        doc="How many GPUs (= Horovod processes) in total, over every pod."))
+    image: str = field(metadata=describe(
+        parse_image, "IMAGE", help="The training image of every job pod (the base image with your Train.py).",
+        doc="The base training image of every job pod (sshd in workers, the launcher in the chief)."))
+    job_name: str = field(default=naming.DEFAULT_JOB_NAME, metadata=describe(
+        parse_job_name, "NAME",
+        help="Names and labels the job's objects; a manager restarted with the same name adopts them.",
+        doc="Names and labels every object of the job; a manager restarted with the same name adopts or "
+            "cleans up the old objects. Lower-case DNS label of at most naming.JOB_NAME_MAX characters."))
+    namespace: str = field(default=naming.DEFAULT_NAMESPACE, metadata=describe(
+        parse_namespace, "NS", short="-n", help="The job's namespace: where its objects go.",
+        doc="Where the job's pods, Secret, ConfigMap and NetworkPolicy live."))
+    command: tuple[str, ...] = field(default=naming.DEFAULT_COMMAND, metadata=describe(
+        parse_command, "'CMD ARGS'", help="What every rank runs; or give it after --.",
+        doc="What horovodrun starts on every rank: words, a shell-quoted string or a JSON list."))
+    resource: str = field(default=naming.DEFAULT_RESOURCE, metadata=describe(
+        parse_resource, "R",
+        help="The extended resource counted as GPUs (e.g. amd.com/gpu, nvidia.com/mig-1g.10gb).",
+        doc="The extended resource counted as GPUs (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb, "
+            "...)."))
+    tolerations: tuple[Toleration, ...] = field(default=(), metadata=describe(
+        parse_tolerations, "KEY[=VALUE][:EFFECT]", option="--toleration", multiple=True,
+        help="A taint job pods tolerate, besides `nvidia.com/gpu` and R (any value, any effect). Without "
+             "=VALUE any value matches; `*` tolerates every taint. Repeatable.",
+        doc="Extra tolerations for job pods, besides those of the resource's own taint (the ones the "
+            "ExtendedResourceToleration admission plugin would add): KEY[=VALUE][:EFFECT] each, `*` for "
+            "every taint, or a JSON list of tolerations."))
+    node_selector: tuple[tuple[str, str], ...] = field(default=(), metadata=describe(
+        _selector_pairs, "KEY=VALUE", multiple=True,
+        help="Only nodes with this label value are used. Repeatable (all must match).",
+        doc="Only nodes with all these labels are used: KEY=VALUE each."))
+    topology_key: str | None = field(default=None, metadata=describe(
+        parse_label_key, "LABEL",
+        help="Keep the job in the fewest domains of this node label first (e.g. a rack label).",
+        doc="A node label (e.g. topology.kubernetes.io/zone): the planner spans the fewest of its domains "
+            "first, then the fewest nodes (docs/planner.md)."))
+    placement_policy: str = field(default="optimal", metadata=describe(
+        option="--policy", choices=PLACEMENT_POLICIES, help="How to split the request (docs/planner.md).",
+        doc="The planner's policy (see docs/planner.md)."))
+    ssh_port: int = field(default=naming.DEFAULT_SSH_PORT, metadata=describe(
+        parse_int_range(1, 65535), "PORT", help="Workers' sshd port.",
+        doc="The port the workers' sshd listens on and the chief connects to."))
+    schedule_timeout: float = field(default=300.0, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="How long the workers may take to be Ready before a re-plan (300, 90s, 5m).",
+        doc="How long the gang of workers may take to be Running and Ready before it is deleted and "
+            "re-planned."))
+    retries: int = field(default=3, metadata=describe(
+        parse_int_range(0, 100), "N", help="Re-plans after a schedule timeout.",
+        doc="How many times a gang that missed the schedule timeout is re-planned and re-created."))
+    backoff: float = field(default=10.0, metadata=describe(
+        parse_duration, "DURATION", help="Pause before the first re-plan; it doubles.",
+        doc="Wait before the first retry; doubles on each further retry."))
+    ssh_timeout: float = field(default=120.0, metadata=describe(
+        parse_duration, "DURATION", help="How long the chief waits for every worker's sshd.",
+        doc="How long the launcher in the chief waits for every worker's sshd to accept the job key."))
+    active_deadline: float | None = field(default=None, metadata=describe(
+        parse_positive_duration, "DURATION", help="Stop the whole job after this long (exit 74).",
+        doc="Wall-clock limit of the whole job, from the manager's start; None: no limit."))
+    wait_for_gpus: float = field(default=0.0, metadata=describe(
+        parse_duration, "DURATION",
+        help="When the GPUs are not free, wait this long for room (creating nothing).",
+        doc="When the request does not fit the free GPUs, wait up to this long for room (creating nothing "
+            "while waiting) instead of failing at once."))
+    keep_chief: bool = field(default=True, metadata=describe(
+        parse_bool, help="Keep the ended chief pod for its log.",
+        doc="Keep the ended chief pod so its log survives."))
+    volume_claim: str | None = field(default=None, metadata=describe(
+        parse_subdomain_name, "PVC", help="A PersistentVolumeClaim mounted in every job pod.",
+        doc="A PersistentVolumeClaim mounted in every job pod (Train.py and data)."))
+    mount_path: str = field(default=DEFAULT_MOUNT_PATH, metadata=describe(
+        parse_mount_path, "PATH", help="Where the claim is mounted.", doc="Where the claim is mounted."))
+    network_interface: str | None = field(default=None, metadata=describe(
+        parse_interface, "IF", help="Horovod's interface between pods, e.g. eth0.",
+        doc="The interface Horovod uses between pods (e.g. eth0); None: Horovod picks."))
+    transport: str = field(default=naming.TRANSPORTS[0], metadata=describe(
+        choices=naming.TRANSPORTS, help="Horovod controller.", doc="Horovod's controller: gloo or mpi."))
+    network_policy: bool = field(default=True, metadata=describe(
+        parse_bool, help="Admit traffic to job pods only from job pods.",
+        doc="Create a NetworkPolicy that admits traffic to job pods only from job pods."))
+    service_account: str | None = field(default=None, metadata=describe(
+        parse_subdomain_name, "SA", help="ServiceAccount of job pods (default: no API token mounted).",
+        doc="The ServiceAccount of job pods; None: the namespace default, with no API token mounted."))
+    image_pull_policy: str | None = field(default=None, metadata=describe(
+        choices=PULL_POLICIES, help="Image pull policy of job pods.",
+        doc="Always, IfNotPresent or Never; None: Kubernetes' default for the tag."))
+    image_pull_secrets: tuple[str, ...] = field(default=(), metadata=describe(
+        parse_names, "SECRET", option="--image-pull-secret", multiple=True,
+        help="A docker-registry Secret job pods pull their image with. Repeatable.",
+        doc="Secrets (type kubernetes.io/dockerconfigjson) job pods pull their image with, besides the "
+            "template's."))
+    pod_template: PodTemplate | None = field(default=None, metadata=describe(
+        podtemplate.load, "FILE",
+        help="A PodTemplateSpec YAML every job pod starts from (annotations, env, resources, volumes, "
+             "imagePullSecrets, priorityClassName, affinity...; docs/real-cluster.md).",
+        doc="A PodTemplateSpec YAML file every job pod starts from (podtemplate.py says what it may set); "
+            "the shipped manifest points DT_POD_TEMPLATE at the distributetrain-pod-template ConfigMap."))
+    worker_template: PodTemplate | None = field(default=None, metadata=describe(
+        podtemplate.load, "FILE", help="The template of the workers, instead of --pod-template.",
+        doc="The template of worker pods, instead of pod_template."))
+    chief_template: PodTemplate | None = field(default=None, metadata=describe(
+        podtemplate.load, "FILE", help="The template of the chief, instead of --pod-template.",
+        doc="The template of the chief, instead of pod_template."))
+    cpu_per_gpu: Fraction = field(default=DEFAULT_CPU_PER_GPU, metadata=describe(
+        parse_amount, "CPU", help="CPU requested per GPU of a job pod (no CPU limit); 0: none.",
+        doc="CPU requested per GPU of a job pod (no CPU limit: throttling slows the input pipeline); 0: "
+            "none. The template's own cpu, if it names one, wins."))
+    memory_per_gpu: Fraction = field(default=DEFAULT_MEMORY_PER_GPU, metadata=describe(
+        parse_amount, "MEM",
+        help="Memory requested and limited per GPU of a job pod, /dev/shm added; 0: none.",
+        doc="Memory per GPU of a job pod, requested and limited alike (plus shm_size); 0: none. The "
+            "template's own memory, if it names one, wins."))
+    shm_size: Fraction = field(default=DEFAULT_SHM_SIZE, metadata=describe(
+        parse_amount, "MEM",
+        help="The memory-backed /dev/shm of job containers (NCCL); 0: the runtime's 64 MiB.",
+        doc="Size of the memory-backed /dev/shm of job containers (NCCL's shared-memory transport needs more "
+            "than a container's 64 MiB); counted in the pod's memory; 0: no such volume."))
+    preflight: bool = field(default=False, metadata=describe(
+        parse_bool,
+        help="Before training, a short all-reduce over every rank: fails fast (exit 76) naming a pod that is "
+             "unreachable or hangs.",
+        doc="Before the training, the chief runs a short Horovod all-reduce sweep over every rank and fails "
+            "fast (exit 76) naming a pod that is unreachable or hangs (docs/images.md). Off by default: it "
+            "starts Horovod and TensorFlow once more, seconds to tens of seconds (docs/benchmarks.md)."))
+    min_busbw: float | None = field(default=None, metadata=describe(
+        parse_gbps, "GBPS",
+        help="The pre-flight's bus bandwidth must reach this (GB/s), else exit 76 naming the slowest pod; "
+             "turns the pre-flight on.",
+        doc="With the pre-flight check (which this turns on): the bus bandwidth, in GB/s, its all-reduce "
+            "must reach at its largest size, else the job fails naming the slowest pod."))
+    allow_egress: tuple[str, ...] = field(default=(), metadata=describe(
+        parse_cidrs, "CIDR", multiple=True,
+        help="Where job pods may connect besides each other and DNS (0.0.0.0/0: anywhere). Repeatable.",
+        doc="CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: "
+            "anywhere), in the job's NetworkPolicy."))
+    min_gpus: int | None = field(default=None, metadata=describe(
+        parse_gpus, "M", help="Elastic Horovod: train on as few as M GPUs while a lost worker is replaced.",
+        doc="Elastic Horovod: the fewest GPUs the job may train on, `gpus` being its target. A lost worker "
+            "(its pod or its node) then does not end the job: the other ranks go on from the last committed "
+            "state while at least this many remain, and the manager replaces the worker on the best free "
+            "GPUs. None: not elastic."))
+    max_gpus: int | None = field(default=None, metadata=describe(
+        parse_gpus, "X", help="Elastic: grow up to X GPUs when more free up (default: --gpus).",
+        doc="Elastic: the most GPUs the job may grow to when more free up (default: gpus)."))
+    restarts: int = field(default=0, metadata=describe(
+        parse_int_range(0, 100), "K",
+        help="Relaunch a training whose worker or node was lost up to K times, from its checkpoint.",
+        doc="Not elastic: how many times a training that failed because a worker or its node was lost is "
+            "relaunched on replaced workers, resuming from rank 0's latest checkpoint. 0: a lost worker ends "
+            "the job (exit 70)."))
+    replace_timeout: float = field(default=600.0, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="How long lost workers may wait for free GPUs before the job fails (exit 70).",
+        doc="How long lost workers may wait for free GPUs to be replaced before the job fails (exit 70): an "
+            "elastic job while fewer than min_gpus run, a restart job before each relaunch."))
+    grow_interval: float = field(default=30.0, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="How often free GPUs are looked for while the job runs short of its size.",
+        doc="How often the manager looks for free GPUs while the job runs short of its target (lost workers "
+            "not yet replaced), or, elastic, below max_gpus."))
 
     @property
     def recovery(self) -> str | None:
@@ -218,74 +281,62 @@ class JobSpec:
 
     @staticmethod
     def from_sources(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
-        """Build and validate a JobSpec; raise InvalidInput listing every bad field."""
-        return _build(args, env)
+        """Build and validate a JobSpec from arguments (by field name; None: not given), else the DT_*
+        variables, else the defaults; raise InvalidInput listing every bad field."""
+        reading = read(FIELDS, args, env)
+        problems = list(reading.problems)
+        if (reading.values.get("volume_claim") is None and "mount_path" in reading.sources
+                and "mount_path" in reading.values):
+            problems.append("mount_path: given without volume_claim; set --volume-claim to the claim to "
+                            "mount")
+        if not problems:
+            problems += _cross_checks(JobSpec(**reading.values), sources=reading.sources)
+        if problems:
+            raise invalid(INVALID_REQUEST, problems)
+        return JobSpec(**reading.values)
+
+    @property
+    def ref(self) -> JobRef:
+        return JobRef(name=self.job_name, namespace=self.namespace)
 
 
-def env_name(field_name: str) -> str:
-    return ENV_PREFIX + field_name.upper()
+FIELDS = request_fields(JobSpec)
+FIELD = {spec_field.name: spec_field for spec_field in FIELDS}
+INVALID_REQUEST = "invalid request, nothing was created"
 
 
-_OPTION_NAMES = {"tolerations": "--toleration", "placement_policy": "--policy",
-                 "image_pull_secrets": "--image-pull-secret"}
+@dataclass(frozen=True)
+class JobRef:
+    """A job on the cluster by its name and namespace: what `wait`, `status`, `logs`, `delete` and
+    PostTraining act on. Read as the request reads its job_name and namespace fields (the same parsers and
+    variables)."""
+
+    name: str
+    namespace: str
+
+    @staticmethod
+    def from_sources(args: Mapping[str, Any], env: Mapping[str, str], *, name_required: bool = False,
+                     name_given_as: str | None = None) -> JobRef:
+        """The job from args["job_name"] and args["namespace"] (None: not given), else DT_JOB_NAME and
+        DT_NAMESPACE, else the defaults; with `name_required`, a name must be given (no default job).
+        `name_given_as`: how problems call the argument holding the name (e.g. JOB, a positional one)."""
+        name_field = FIELD["job_name"]
+        if name_required:
+            name_field = dataclasses.replace(name_field, default=MISSING)
+        reading = read((name_field, FIELD["namespace"]), args, env,
+                       given_as={"job_name": name_given_as} if name_given_as else None,
+                       hint={"job_name": "list jobs with kubectl get pods -l "
+                                         f"{naming.MANAGED_BY_KEY}={naming.MANAGED_BY}"})
+        reading.check("invalid job, nothing was changed")
+        return JobRef(name=reading.values["job_name"], namespace=reading.values["namespace"])
 
 
-def option_name(field_name: str) -> str:
-    """The command-line option of a field (cli/job.py)."""
-    return _OPTION_NAMES.get(field_name, "--" + field_name.replace("_", "-"))
-
-
-_PARSERS: dict[str, Parser] = {
-    "gpus": parse_gpus, "image": parse_image, "job_name": parse_job_name, "namespace": parse_namespace,
-    "command": parse_command, "resource": parse_resource, "tolerations": parse_tolerations,
-    "node_selector": lambda value: tuple(sorted(parse_node_selector(value).items())),
-    "topology_key": optional(parse_label_key),
-    "placement_policy": parse_choice(PLACEMENT_POLICIES), "ssh_port": parse_int_range(1, 65535),
-    "schedule_timeout": parse_positive_duration, "retries": parse_int_range(0, 100),
-    "backoff": parse_duration,
-    "ssh_timeout": parse_duration, "active_deadline": optional(parse_positive_duration),
-    "wait_for_gpus": parse_duration,
-    "keep_chief": parse_bool, "volume_claim": optional(parse_subdomain_name), "mount_path": parse_mount_path,
-    "network_interface": optional(parse_interface), "transport": parse_choice(naming.TRANSPORTS),
-    "network_policy": parse_bool, "service_account": optional(parse_subdomain_name),
-    "image_pull_policy": optional(parse_choice(PULL_POLICIES)),
-    "image_pull_secrets": parse_names,
-    "pod_template": optional(podtemplate.load), "worker_template": optional(podtemplate.load),
-    "chief_template": optional(podtemplate.load),
-    "cpu_per_gpu": parse_amount, "memory_per_gpu": parse_amount, "shm_size": parse_amount,
-    "allow_egress": parse_cidrs, "preflight": parse_bool, "min_busbw": optional(parse_gbps),
-    "min_gpus": optional(parse_gpus), "max_gpus": optional(parse_gpus), "restarts": parse_int_range(0, 100),
-    "replace_timeout": parse_positive_duration, "grow_interval": parse_positive_duration,
-}
-
-
-def _build(args: Mapping[str, Any], env: Mapping[str, str]) -> JobSpec:
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for spec_field in fields(JobSpec):
-        name, var = spec_field.name, env_name(spec_field.name)
-        raw = args.get(name)
-        where = option_name(name)
-        if raw is None and var in env:
-            raw, where = env[var], f"{var}"
-        if raw is None:
-            if spec_field.default is MISSING:
-                problems.append(f"{name}: required; give {option_name(name)} or set {var}")
-            continue
-        try:
-            values[name] = _PARSERS[name](raw)
-        except (ValueError, InvalidInput) as err:
-            problems.append(f"{name} ({where}): {err}")
-    if values.get("volume_claim") is None and "mount_path" in values and (
-            args.get("mount_path") is not None or env_name("mount_path") in env):
-        problems.append("mount_path: given without volume_claim; set --volume-claim to the claim to mount")
-    if not problems:
-        problems += _cross_checks(JobSpec(**values), sources={
-            name: (option_name(name) if args.get(name) is not None else env_name(name))
-            for name in ("pod_template", "worker_template", "chief_template")})
-    if problems:
-        raise InvalidInput("invalid request, nothing was created:\n  " + "\n  ".join(problems))
-    return JobSpec(**values)
+def read_field(name: str, given: Any, env: Mapping[str, str]) -> Any:
+    """One field of the request, from its argument (None: not given), else its variable, else its default;
+    for a process that needs only that field of a request given in full (PostTraining's keep_chief)."""
+    reading = read((FIELD[name],), {name: given}, env)
+    reading.check(INVALID_REQUEST)
+    return reading.values[name]
 
 
 def _cross_checks(spec: JobSpec, *, sources: Mapping[str, str]) -> list[str]:
