@@ -299,3 +299,32 @@ def test_console_script_exit_codes(args: list[str], code: int, stream_text: tupl
     assert stream_text[1] in done.stderr
     if code:
         assert "Traceback" not in done.stderr
+
+
+# ---- the same fit rules as the manager -----------------------------------------------------------
+
+
+def test_plan_counts_each_pods_cpu_as_the_manager_does() -> None:
+    # 64 cpu per node, some held: at 30 cpu per GPU node-1 takes 2 of its 5 free GPUs, as `run` would find
+    result = run_json("plan", "--gpus", "4", "--cluster", CLUSTER, "--cpu-per-gpu", "30")
+    assert [(a["node"], a["gpus"], a["role"]) for a in result["allocation"]] == \
+        [("node-1", 2, "worker"), ("node-2", 2, "chief")]
+    table = run("inventory", "--cluster", CLUSTER, "--cpu-per-gpu", "30")
+    assert table.exit_code == 0, table.output
+    assert "2 of 5: " in table.stdout and "cpu" in table.stdout
+    assert "(largest: node-1 with 2)" in table.stdout
+
+
+def test_plan_reads_the_pod_template_as_the_manager_does(tmp_path: Path) -> None:
+    template = tmp_path / "template.yaml"
+    template.write_text("spec:\n  nodeSelector:\n    kubernetes.io/hostname: node-2\n")
+    result = run_json("plan", "--gpus", "3", "--cluster", CLUSTER, "--pod-template", str(template))
+    assert [(a["node"], a["gpus"]) for a in result["allocation"]] == [("node-2", 3)]
+
+
+def test_free_counts_cannot_be_combined_with_what_describes_nodes(tmp_path: Path) -> None:
+    template = tmp_path / "template.yaml"
+    template.write_text("spec: {}\n")
+    result = run("plan", "--gpus", "1", "--free", "a=1", "--pod-template", str(template))
+    assert result.exit_code == 2
+    assert "cannot be combined with --pod-template" in result.stderr

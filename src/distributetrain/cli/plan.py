@@ -14,23 +14,30 @@ from distributetrain.placement import fit
 from distributetrain.placement import inventory as inv
 from distributetrain.placement.clusterfiles import read_cluster_files
 from distributetrain.placement.planner import InsufficientGpus, Plan, plan
-from distributetrain.placement.tolerations import job_tolerations, parse_tolerations
 from distributetrain.quantity import parse_count
-from distributetrain.request.fieldparsers import MIN_GPUS, check_gpus, parse_node_selector
+from distributetrain.request.fieldparsers import MIN_GPUS, check_gpus
+from distributetrain.request.jobspec import FIELD, JobSpec
 
 _CLUSTER_HELP = ("A file of nodes and pods, as `kubectl get nodes,pods -A -o json` writes it (a v1 List), "
                  "or NodeList/PodList files, JSON or YAML. Repeat for several files. "
                  "Without it: the live cluster.")
 
 
+# The request's fields that decide whether a job pod fits a node, besides the GPU count, topology and policy:
+# both commands judge nodes by the very pods `run` would create from them (manifests.pod_demand), so a
+# preview and a run cannot disagree.
+POD_SHAPE_FIELDS = ("resource", "tolerations", "node_selector", "cpu_per_gpu", "memory_per_gpu", "shm_size",
+                    "pod_template", "worker_template", "chief_template")
+# `image` is required of a request but decides nothing about placement: a preview stands in this one
+PREVIEW_IMAGE = "distributetrain/preview:plan"
+
+
 def _cluster_options(command: Any) -> Any:
-    """The options shared by both commands: where the cluster comes from and who a worker is (the request's
+    """The options shared by both commands: where the cluster comes from and who a job pod is (the request's
     fields, without their variables: a preview reads only its options)."""
     options = [
         click.option("--cluster", "cluster_files", multiple=True, metavar="FILE", help=_CLUSTER_HELP),
-        field_option("resource", env=False),
-        field_option("tolerations", env=False),
-        field_option("node_selector", env=False, dest="node_selectors"),
+        *[field_option(name, env=False) for name in POD_SHAPE_FIELDS],
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option("--kubeconfig", metavar="FILE", envvar="KUBECONFIG",
                      help="Kubeconfig of the live cluster; inside a pod the in-cluster config is used."),
@@ -49,21 +56,28 @@ def _read_live(kubeconfig: str | None, context: str | None) -> tuple[list[Any], 
     return nodes, pods
 
 
-def _rows(cluster_files: Sequence[str], resource: str, tolerations: Sequence[str],
-          node_selectors: Sequence[str], kubeconfig: str | None,
-          context: str | None, *, to_place: bool = False) -> tuple[inv.NodeGpus, ...]:
-    """The nodes as the inventory sees them; `to_place`: by the fit rules a job is placed with (a resource
-    no node advertises is then bad input, as the manager says, not an empty table)."""
-    extra = parse_tolerations(list(tolerations))
-    demand = inv.PodDemand(role="job pod", tolerations=job_tolerations(resource, extra),
-                           node_selector=parse_node_selector(list(node_selectors)))
+def _request(shape: dict[str, Any], **fields: Any) -> JobSpec:
+    """The request a preview judges nodes for: the pod-shape options and `fields` (gpus, topology, policy)."""
+    args = {**shape, **fields, "image": PREVIEW_IMAGE}
+    for name in ("tolerations", "node_selector"):
+        args[name] = list(args[name]) or None
+    return JobSpec.from_sources(args, {})
+
+
+def _rows(spec: JobSpec, cluster_files: Sequence[str], kubeconfig: str | None, context: str | None, *,
+          to_place: bool = False) -> tuple[inv.NodeGpus, ...]:
+    """The nodes as a worker and the chief of `spec` see them; `to_place`: by the fit rules a job is placed
+    with (a resource no node advertises is then bad input, as the manager says, not an empty table)."""
+    from distributetrain.manager import manifests  # pure, but only previews of a cluster need it
+
+    demands = manifests.pod_demands(spec)
     if cluster_files:
         nodes, pods = read_cluster_files(paths=cluster_files)
     else:
         nodes, pods = _read_live(kubeconfig, context)
     if to_place:
-        return fit.survey(nodes, pods, resource=resource, demands=(demand,), job_gpus=0)
-    return inv.inventory(nodes, pods, resource=resource, demands=(demand,))
+        return fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus)
+    return inv.inventory(nodes, pods, resource=spec.resource, demands=demands)
 
 
 class _GpuCount(click.IntRange):
@@ -96,22 +110,24 @@ Examples:
       --toleration dedicated=ml:NoSchedule --node-selector gpu-type=a100
 """)
 @_cluster_options
-def inventory_command(cluster_files: tuple[str, ...], resource: str, tolerations: tuple[str, ...],
-                      node_selectors: tuple[str, ...], as_json: bool, kubeconfig: str | None,
-                      context: str | None) -> None:
+def inventory_command(cluster_files: tuple[str, ...], as_json: bool, kubeconfig: str | None,
+                      context: str | None, **shape: Any) -> None:
     """Free GPUs per node, and why a node cannot take a worker.
 
     FREE is ALLOCATABLE minus what pods bound to the node request (pods that have not finished, including
     Pending ones already bound), never below 0. A node is not ELIGIBLE when it is not Ready, is cordoned, has
-    a NoSchedule/NoExecute taint the workers do not tolerate, or does not match --node-selector.
+    a NoSchedule/NoExecute taint the workers do not tolerate, does not match --node-selector (or the pod
+    template's selector and required affinity), or has no room for a job pod's cpu and memory.
     """
-    rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context)
+    spec = _request(shape, gpus=str(MIN_GPUS))
+    resource = spec.resource
+    rows = _rows(spec, cluster_files, kubeconfig, context)
     if as_json:
         click.echo(json.dumps([row.to_json() for row in rows], indent=2))
         return
     click.echo(_table(["NODE", "ALLOCATABLE", "REQUESTED", "FREE", "ELIGIBLE", "REASON"],
-                      [(r.node, r.allocatable, r.requested, r.free, "yes" if r.eligible else "no", r.reason)
-                       for r in rows]))
+                      [(r.node, r.allocatable, r.requested, r.free, "yes" if r.eligible else "no",
+                        r.reason or r.note) for r in rows]))
     free = inv.free_gpus(rows)
     largest = min(free.items(), key=lambda item: (-item[1], item[0]), default=None)
     where = f" (largest: {largest[0]} with {largest[1]})" if largest else ""
@@ -180,24 +196,28 @@ Policies:
 @field_option("placement_policy", env=False, dest="policy")
 @_cluster_options
 def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | None, policy: str,
-                 cluster_files: tuple[str, ...], resource: str, tolerations: tuple[str, ...],
-                 node_selectors: tuple[str, ...], as_json: bool, kubeconfig: str | None,
-                 context: str | None) -> None:
+                 cluster_files: tuple[str, ...], as_json: bool, kubeconfig: str | None,
+                 context: str | None, **shape: Any) -> None:
     """Preview where N GPUs would go: one worker pod per node, the smallest share being the chief.
 
     Nothing is created. Exit code 3 when the request does not fit the free GPUs of the eligible nodes.
     """
     rows: tuple[inv.NodeGpus, ...] = ()
+    spec = _request(shape, gpus=str(gpus), topology_key=topology_key, placement_policy=policy)
+    resource = spec.resource
     try:
         if free_items:
-            if cluster_files or tolerations or node_selectors or topology_key:
-                raise InvalidInput("--free gives the free GPUs directly: it cannot be combined with "
-                                   "--cluster, --toleration, --node-selector or --topology-key")
+            given = [FIELD[name].option for name in ("tolerations", "node_selector", "topology_key",
+                                                      "pod_template", "worker_template", "chief_template")
+                     if shape.get(name) or (name == "topology_key" and topology_key)]
+            if cluster_files or given:
+                named = ", ".join(["--cluster"] * bool(cluster_files) + given)
+                raise InvalidInput(f"--free gives the free GPUs directly: it cannot be combined with "
+                                   f"{named}, which describe the nodes")
             result = plan(_parse_free(free_items), gpus, policy=policy)
         else:
-            rows = _rows(cluster_files, resource, tolerations, node_selectors, kubeconfig, context,
-                         to_place=True)
-            result = fit.place(rows, gpus, policy=policy, topology_key=topology_key)
+            rows = _rows(spec, cluster_files, kubeconfig, context, to_place=True)
+            result = fit.place(rows, gpus, policy=spec.placement_policy, topology_key=spec.topology_key)
     except InsufficientGpus as err:
         detail = f"\n{fit.excluded_text(rows)}" if rows else ""
         raise CannotPlace(f"{err}.{detail}") from err

@@ -107,7 +107,7 @@ class Keeper:
         self.recovering = False                 # restart mode: a relaunch is owed
         self.history: list[str] = []            # what each recovery came to, for the final line
         self._lock = threading.Lock()           # chief_line runs in the log follower's thread
-        self.demands = placing.demands(spec, (naming.ROLE_WORKER,))
+        self.demands = manifests.pod_demands(spec, (naming.ROLE_WORKER,))
         self.run_id = uuid.uuid4().hex  # this keeper's creates: a retried POST that succeeded is adopted
         claim = kube.get("persistentvolumeclaims", spec.namespace, spec.volume_claim) if spec.volume_claim \
             else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -349,6 +349,12 @@ def pod_demand(spec: JobSpec, role: str) -> PodDemand:
     return PodDemand(role=role, tolerations=parse_tolerations(list(probe.get("tolerations") or [])),
                      node_selector=dict(probe.get("nodeSelector") or {}), node_affinity=user_terms,
                      requests=requests)
+
+
+def pod_demands(spec: JobSpec, roles: Sequence[str] = (naming.ROLE_WORKER, naming.ROLE_CHIEF)
+                ) -> tuple[PodDemand, ...]:
+    """What a pod of each role asks of a node besides GPUs: what every placement of the job is judged by."""
+    return tuple(pod_demand(spec, role) for role in roles)
 
 
 def _build(spec: JobSpec, role: str, gpus: int) -> dict[str, Any]:

@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from distributetrain import naming
 from distributetrain.errors import ApiError, Conflict, InvalidInput, NotFound
 from distributetrain.kube import gateway, requests
 from distributetrain.kube.gateway import Kube
-from distributetrain.manager import manifests
 from distributetrain.placement import checks, fit
 from distributetrain.placement.inventory import NodeGpus, PodDemand
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
@@ -28,12 +26,6 @@ CREATE_ATTEMPTS = 3
 
 class NameTaken(ApiError):
     """An object of the name exists and this run did not create it."""
-
-
-def demands(spec: JobSpec, roles: Sequence[str] = (naming.ROLE_WORKER, naming.ROLE_CHIEF)
-            ) -> tuple[PodDemand, ...]:
-    """What a pod of each role asks of a node besides GPUs, read from the pods the job would create."""
-    return tuple(manifests.pod_demand(spec, role) for role in roles)
 
 
 def survey(kube: Kube, spec: JobSpec, *, demands: Sequence[PodDemand],

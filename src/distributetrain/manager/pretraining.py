@@ -73,7 +73,7 @@ class PreTraining:
         self.deadline = None if spec.active_deadline is None else self._started + spec.active_deadline
         self.touched = False  # whether this run created or adopted anything (and may therefore clean up)
         # what a worker and the chief ask of a node besides GPUs (the template, cpu, memory, /dev/shm)
-        self.demands = placing.demands(spec)
+        self.demands = manifests.pod_demands(spec)
         self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
 
     def run(self) -> StartedJob:
