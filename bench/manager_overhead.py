@@ -30,6 +30,7 @@ from bench.clienttypes import as_body, raw
 from distributetrain.kube.gateway import Kube, gc_paused, list_nodes_and_pods
 from distributetrain.manager.cleanup import delete_job
 from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory, planner
 from distributetrain.request.jobspec import JobSpec
@@ -91,7 +92,7 @@ def _launch_once(kubeconfig: Path, job: str, page_size: int) -> dict[str, Any]:
     started, cpu_started = time.perf_counter(), time.process_time()
     kube = Kube.connect(kubeconfig=str(kubeconfig), page_size=page_size)
     spec = JobSpec.from_sources({"gpus": str(JOB_GPUS), "image": IMAGE, "job_name": job}, {})
-    orchestrator = Orchestrator(kube, spec, reporter=Reporter(io.StringIO(), io.StringIO()))
+    orchestrator = Orchestrator(PreTraining(kube, spec, reporter=Reporter(io.StringIO(), io.StringIO())))
     offset = time.perf_counter() - started  # connecting and validating, before the orchestrator's clock
     launched = orchestrator.pretraining.run()
     cpu = time.process_time() - cpu_started  # the manager's own CPU: what machine load does not inflate

@@ -11,6 +11,7 @@ from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.cleanup import JOB_KINDS
 from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement.planner import Plan
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
@@ -80,7 +81,8 @@ def spec(**fields: object) -> JobSpec:
 def orchestrator(cluster: TestCluster, job: JobSpec, *, owner: ManagerIdentity | None = None,
                  recorder: Recorder | None = None, kube: Kube | None = None) -> tuple[Orchestrator, Recorder]:
     recorder = recorder or Recorder()
-    return Orchestrator(kube or Kube(cluster.api_client()), job, owner=owner, reporter=recorder), recorder
+    phase = PreTraining(kube or Kube(cluster.api_client()), job, owner=owner, reporter=recorder)
+    return Orchestrator(phase), recorder
 
 
 def leftovers(cluster: TestCluster, job: str, namespace: str = "default") -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ from manager_support import spec
 
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe import jobstate
 from distributetrain.observe.observer import Observer
 from distributetrain.request.jobspec import ManagerIdentity
@@ -41,4 +42,4 @@ def observed_job(cluster: TestCluster, tmp_path: Path, job: str, *, kube: Kube |
     state = jobstate.initial(job=job, namespace="default", gpus=job_spec.gpus)
     observer = Observer(kube, state, manager=owner, state_file=tmp_path / "state.json",
                         stream=io.StringIO(), chief_stream=io.StringIO(), patch_interval=0.5)
-    return Orchestrator(kube, job_spec, owner=owner, reporter=observer), observer
+    return Orchestrator(PreTraining(kube, job_spec, owner=owner, reporter=observer)), observer

@@ -29,6 +29,7 @@ from distributetrain.kube import gateway
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.cleanup import JOB_KINDS
 from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
@@ -197,7 +198,7 @@ class ManagerThread:
 
     def __init__(self, kube: Kube, job: JobSpec, *, owner: ManagerIdentity | None = None) -> None:
         self.recorder = Recorder()
-        self.orchestrator = Orchestrator(kube, job, owner=owner, reporter=self.recorder)
+        self.orchestrator = Orchestrator(PreTraining(kube, job, owner=owner, reporter=self.recorder))
         self.code: int | None = None
         self.error: BaseException | None = None
         self.ended_at: float | None = None

@@ -67,11 +67,12 @@ def _started_at() -> float | None:
 def _orchestrator(params: dict[str, Any]) -> Any:
     spec = _spec(params)  # validated before any connection is made
     from distributetrain.manager.orchestrator import Orchestrator
+    from distributetrain.manager.pretraining import PreTraining
 
     kube = _kube(params["kubeconfig"], params["context"])
     observer = _observer(kube, spec.ref, gpus=spec.gpus)
-    return Orchestrator(kube, spec, owner=ManagerIdentity.from_env(os.environ), started_at=_started_at(),
-                        reporter=observer)
+    return Orchestrator(PreTraining(kube, spec, owner=ManagerIdentity.from_env(os.environ),
+                                    started_at=_started_at(), reporter=observer))
 
 
 def _observer(kube: Any, job: JobRef, *, gpus: int = 0) -> Any:

@@ -8,31 +8,21 @@ and DistributeTrain_PreTraining.py. PostTraining in a process of its own (Distri
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
 
-from distributetrain.kube.gateway import Kube
 from distributetrain.manager import cleanup, posttraining
 from distributetrain.manager.pretraining import PreTraining, StartedJob
-from distributetrain.observe.joblog import Reporter
-from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 
 class Orchestrator:
     """One job, driven from one manager process."""
 
-    def __init__(self, kube: Kube, spec: JobSpec, *, owner: ManagerIdentity | None = None,
-                 reporter: Reporter | None = None, started_at: float | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        """`started_at` (epoch seconds): when the manager started, if before this process (Manager.sh runs
-        the two phases as two processes); the active deadline counts from it."""
-        self.kube = kube
-        self.spec = spec
-        self.reporter = reporter or Reporter()
-        self.pretraining = PreTraining(kube, spec, owner=owner, reporter=self.reporter, started_at=started_at,
-                                       clock=clock, sleep=sleep)
-        self._clock = clock
+    def __init__(self, pretraining: PreTraining) -> None:
+        """The job of `pretraining` (its connection, request, owner, reporter, clock and deadline)."""
+        self.pretraining = pretraining
+        self.kube = pretraining.kube
+        self.spec = pretraining.spec
+        self.reporter = pretraining.reporter
+        self._clock = pretraining.clock
 
     def run(self) -> int:
         """PreTraining then PostTraining; return the chief's exit code. On any error or SIGTERM/SIGINT,

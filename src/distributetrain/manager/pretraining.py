@@ -66,7 +66,7 @@ class PreTraining:
         self.owner = owner
         self.reporter = reporter or Reporter()
         self.run_id = uuid.uuid4().hex
-        self._clock = clock
+        self.clock = clock
         self._sleep = sleep
         self._started = clock() - (max(0.0, time.time() - started_at) if started_at is not None else 0.0)
         # when the active deadline passes (monotonic), None without one; PostTraining keeps to it as well
@@ -104,15 +104,15 @@ class PreTraining:
                 self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
                                   f"{joblog.gpus_text(entry.gpus)}")
                 self.reporter.pod_created(worker)
-            created_at = self._clock()
+            created_at = self.clock()
             timings["workers_created"] = created_at - self._started
             failure, ready = self._wait_for_pods(names, naming.ROLE_WORKER, podstatus.is_ready)
             created = list(names)
             if failure is None:
-                timings["workers_ready"] = self._clock() - self._started
+                timings["workers_ready"] = self.clock() - self._started
                 if names:
                     self.reporter.say(f"{len(names)} worker(s) Running and Ready "
-                                      f"{self._clock() - created_at:.2f}s after their creation")
+                                      f"{self.clock() - created_at:.2f}s after their creation")
                     self.reporter.pods_ready([ready[n] for n in names])
                 hosts = [HostSlots(str(podstatus.pod_ipv4(ready[n])), podstatus.gpus(ready[n]))
                          for n in names]
@@ -124,7 +124,7 @@ class PreTraining:
                 self.reporter.hostfile_written(hostfile, hosts)
                 chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner,
                                                          read_only_claim=self.read_only_claim))
-                timings["chief_created"] = self._clock() - self._started
+                timings["chief_created"] = self.clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
                                   f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
                                   "process(es) from it")
@@ -133,7 +133,7 @@ class PreTraining:
                 created.append(chief["metadata"]["name"])
                 failure, pods = self._wait_for_pods(created[-1:], naming.ROLE_CHIEF, _started)
                 if failure is None:
-                    timings["chief_started"] = self._clock() - self._started
+                    timings["chief_started"] = self.clock() - self._started
                     self.reporter.say(
                         f"chief {created[-1]} is {podstatus.phase(pods[created[-1]])}, "
                         f"{timings['chief_started'] - timings['chief_created']:.2f}s after its creation; "
@@ -169,7 +169,7 @@ class PreTraining:
         now (exit 2): an IPv6-only pod network, a missing volume claim or one the plan's nodes cannot
         share."""
         spec = self.spec
-        wait_until = self._clock() + (spec.wait_for_gpus if wait else 0.0)
+        wait_until = self.clock() + (spec.wait_for_gpus if wait else 0.0)
         interval = 2.0
         shown: list[str] = []
         if spec.volume_claim and self.claim is None:
@@ -186,7 +186,7 @@ class PreTraining:
                 plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
                                  topology_key=spec.topology_key)
             except CannotPlace as err:
-                if self._clock() + interval > wait_until:
+                if self.clock() + interval > wait_until:
                     waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
                     raise CannotPlace(f"{err}{waited}; nothing was created") from err
                 self.reporter.say(f"waiting for GPUs to free up: {err}")
@@ -219,7 +219,7 @@ class PreTraining:
         schedule timeout passes first."""
         if not names:
             return None, {}
-        until = self._bounded_deadline(self._clock() + self.spec.schedule_timeout)
+        until = self._bounded_deadline(self.clock() + self.spec.schedule_timeout)
         selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={role}"
         watched = Watched(self.kube, "pods", self.spec.namespace, selector)
         pods: Mapping[str, dict[str, Any]] = {}
@@ -249,7 +249,7 @@ class PreTraining:
         hostfile = naming.hostfile_configmap_name(self.spec.job_name)
         self.kube.delete("configmaps", self.spec.namespace, hostfile)
         watched = Watched(self.kube, "pods", self.spec.namespace, naming.job_selector(self.spec.job_name))
-        for pods in watched.changes(deadline=self._clock() + 90.0):
+        for pods in watched.changes(deadline=self.clock() + 90.0):
             if not any(n in pods for n in names):
                 return
         raise ApiError(f"the gang's pods {', '.join(names)} were deleted but did not go away within 90s")
@@ -299,7 +299,7 @@ class PreTraining:
 
     # ---- deadlines ---------------------------------------------------------------------------------------
     def _check_deadline(self, doing: str) -> None:
-        if self.deadline is not None and self._clock() >= self.deadline:
+        if self.deadline is not None and self.clock() >= self.deadline:
             raise DeadlineExceeded(f"job {self.spec.job_name}: the active deadline of "
                                    f"{self.spec.active_deadline:g}s passed while {doing}")
 
@@ -309,7 +309,7 @@ class PreTraining:
     def _bounded(self, pause: float) -> float:
         if self.deadline is None:
             return pause
-        return max(0.0, min(pause, self.deadline - self._clock()))
+        return max(0.0, min(pause, self.deadline - self.clock()))
 
 
 def _started(pod: podstatus.Pod) -> bool:
