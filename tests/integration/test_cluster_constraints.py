@@ -1,6 +1,8 @@
-"""What a first real cluster would have caught, held against the local cluster: `run --dry-run` creates
-nothing and shows valid, "restricted" objects; pods pinned by node name; cpu and memory counted like GPUs;
-volume claims and the pod network checked before anything is created; the chief's log resumed by time."""
+"""The constraints a real Kubernetes cluster puts on a job, which a first real cluster would otherwise have
+caught, checked on the local cluster (it enforces them as a real one does; no real cluster is needed):
+`run --dry-run` creates nothing and shows valid, "restricted" objects; pods pinned by node name; cpu and
+memory counted like GPUs; volume claims and the pod network checked before anything is created; the chief's
+log resumed by time across a cut stream and a log rotation."""
 
 from __future__ import annotations
 

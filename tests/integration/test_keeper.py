@@ -1,4 +1,4 @@
-"""The manager keeps an elastic or restart job at its size (elastic.py), on the simulated runtime: a lost
+"""The keeper (manager/keeper.py) holds an elastic or restart job at its size, on simulated kubelets: a lost
 worker leaves the hostfile at once, its GPUs are planned again over what is free now (a NotReady node
 excluded), the replacement joins the hostfile once Ready; below the minimum for too long, or out of restarts,
 the job fails as a plain one does, leaving nothing. What Horovod and Train.py make of it is the e2e tests'
