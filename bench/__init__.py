@@ -1,6 +1,7 @@
 """Benchmarks: placement quality on GPU-cluster traces, planner speed, manager overhead (`make bench`).
 
-Run everything with `python -m bench.run [--quick]`; the report is docs/benchmarks.md. The folders are the map:
+Run everything with `python -m bench.run [--quick]`; the report is docs/benchmarks.md. The folders are the
+map:
 
   run.py      the driver: measures the sections asked for, stores them, renders the report
   measure/    what runs something real and times it (one module per section, `main(quick) -> dict`)
