@@ -25,9 +25,10 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-train.txt constrain
 
 venv: system-deps $(STAMP)  ## create or reuse the virtual environment with every pinned dependency
 
-lint: venv  ## ruff, the import layering contracts, hadolint
+lint: venv  ## ruff, the import layering contracts (the product's, bench's), hadolint
 	$(VENV)/bin/ruff check src localcluster tests bench base-image manager-image scripts
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --config bench/importlinter.toml
 	$(VENV)/bin/hadolint base-image/Dockerfile manager-image/Dockerfile
 
 typecheck: venv  ## mypy --strict over the product, the local cluster, bench/, then tests/ (one run per directory)
@@ -38,11 +39,15 @@ test: lint typecheck  ## lint, type checks and the whole test suite (unit, integ
 	$(PY) -m pytest tests
 
 # Three parts of that suite, for a quicker loop; together they are exactly `make test`'s tests
-# (tests/unit/test_make_targets.py checks it). ARGS passes pytest options: make unit ARGS='-k planner -x'.
-UNIT_TESTS := tests/unit tests/localcluster/unit
+# (tests/repo/test_make_targets.py checks it). ARGS passes pytest options: make unit ARGS='-k planner -x'.
+# tests/ by what the tests prove: unit (the product's pure cores, named after the module tested),
+# benchmarks (bench/'s simulation, measurement parsing, report), repo (the repository's own files:
+# Dockerfiles, kustomization, these targets, no machine paths), integration and reliability (against a local
+# cluster), e2e (real processes, Horovod and TensorFlow; marked e2e wherever they live).
+UNIT_TESTS := tests/unit tests/benchmarks tests/repo tests/localcluster/unit
 INTEGRATION_TESTS := tests/integration tests/localcluster/integration tests/reliability
 
-unit: venv  ## the pure cores: no cluster, no processes (about a minute)
+unit: venv  ## the pure cores, bench/ and the repository's files: no root, no job on a cluster (a few minutes)
 	$(PY) -m pytest $(UNIT_TESTS) $(ARGS)
 
 integration: venv  ## the manager and the API server against a local cluster of simulated kubelets (a few minutes)

@@ -1,16 +1,16 @@
 """`python -m bench.run [--quick] [--only SECTIONS] [--render-only]`: the benchmarks, their JSON under
 bench/results/, and docs/benchmarks.md.
 
-Sections: `placement` (the trace simulation), six speed benches (bench/planner_speed.py,
-bench/apiserver.py, bench/manager_overhead.py, bench/scale.py, bench/demo_phases.py, bench/preflight.py)
-`throughput` (bench/throughput.py: Horovod jobs on the local cluster's node links, ~30 min, root; it
-calibrates the simulator's span cost, bench/model.py) and `recovery` (bench/recovery.py: a worker lost from
-an elastic and from a restart job, ~6 min, root); each of these exposes `main(quick: bool) -> dict`.
-A run measures the sections asked for, merges their results into the results directory section by section
-(the others stay as earlier runs left them; runs.json says when each was measured), then renders the whole
-report from every section there. bench/speed_report.py renders a speed bench's result (and
-bench/throughput_report.py the throughput section); a bench without a renderer is shown by the "markdown"
-string it returns, else as a table.
+Sections: `placement` (the trace simulation, bench/sim/), six speed benches (bench/measure/: planner_speed,
+apiserver, manager_overhead, scale, demo_phases, preflight), `throughput` (bench/measure/throughput.py:
+Horovod jobs on the local cluster's node links, ~30 min, root; it calibrates the simulator's span cost,
+bench/sim/model.py) and `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a
+restart job, ~6 min, root); each measured section is a module bench/measure/NAME.py exposing
+`main(quick: bool) -> dict`. A run measures the sections asked for, merges their results into the results
+directory section by section (bench/store.py; the others stay as earlier runs left them; runs.json says when
+each was measured), then renders the whole report from every section there (bench/report/): a speed bench's
+result by bench/report/speed_section.py, the throughput section by bench/report/throughput_section.py; a bench
+without a renderer is shown by the "markdown" string it returns, else as a table.
 
 Examples:
   python -m bench.run                               # everything
@@ -40,6 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 THROUGHPUT_PLOT = "throughput_slowdown.png"
+MEASURES = "bench.measure"  # the package of the measured sections: bench/measure/NAME.py, main(quick) -> dict
 
 
 def machine() -> dict[str, Any]:
@@ -81,23 +82,23 @@ def run_speed(quick: bool, names: Sequence[str]) -> tuple[dict[str, Any], dict[s
     failures = []
     for name in names:
         try:
-            module = importlib.import_module(f"bench.{name}")
+            module = importlib.import_module(f"{MEASURES}.{name}")
         except ModuleNotFoundError as err:
-            if err.name != f"bench.{name}":
+            if err.name != f"{MEASURES}.{name}":
                 raise
-            print(f"note: bench/{name}.py is not there yet; skipped", flush=True)
-            results[name] = {"skipped": f"bench/{name}.py does not exist yet"}
+            print(f"note: bench/measure/{name}.py is not there yet; skipped", flush=True)
+            results[name] = {"skipped": f"bench/measure/{name}.py does not exist yet"}
             continue
-        print(f"speed: running bench/{name}.py", flush=True)
+        print(f"speed: running bench/measure/{name}.py", flush=True)
         started = time.monotonic()
         try:
             results[name] = module.main(quick)
         except Exception:  # a broken bench must not hide the others' numbers; the run still fails at the end
             failures.append(name)
             results[name] = {"failed": traceback.format_exc(limit=5)}
-            print(f"speed: bench/{name}.py failed:\n{results[name]['failed']}", flush=True)
+            print(f"speed: bench/measure/{name}.py failed:\n{results[name]['failed']}", flush=True)
         took[name] = time.monotonic() - started
-        print(f"speed: bench/{name}.py took {took[name]:.1f} s", flush=True)
+        print(f"speed: bench/measure/{name}.py took {took[name]:.1f} s", flush=True)
     return results, took, failures
 
 
@@ -112,17 +113,19 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
     """docs/benchmarks.md (or `doc`) from every section's results in `out`, whichever runs wrote them; with
     `docs_root`, also the measured blocks of docs/planner.md and docs/manager.md. Plots are redrawn only with
     `redraw` or when one is missing. Returns the goals' verdicts (also written to summary.json)."""
-    from bench import docblocks, document, metrics, plots, report, store, throughput_report
+    from bench import store
+    from bench.report import docblocks, document, placement_section, plots, throughput_section
+    from bench.sim import metrics
 
     results = store.load(out)
     rows = metrics.aggregate(results.placement["records"]) if results.placement is not None else []
     images: list[Path] = []
     if results.placement is not None:
         clusters = sorted({r["cluster"] for r in rows}, key=lambda c: (c.split("-")[1] != "small", c))
-        images = [img / name for name in report.PLOTS if (img / name).exists()]
-        if redraw or not all((img / name).exists() for name in report.ALWAYS_DRAWN):
-            images = report.write_plots(results.placement, rows, clusters, img)
-    throughput_rows = throughput_report.plot_rows(results.speed.get(store.THROUGHPUT) or {})
+        images = [img / name for name in placement_section.PLOTS if (img / name).exists()]
+        if redraw or not all((img / name).exists() for name in placement_section.ALWAYS_DRAWN):
+            images = placement_section.write_plots(results.placement, rows, clusters, img)
+    throughput_rows = throughput_section.plot_rows(results.speed.get(store.THROUGHPUT) or {})
     if throughput_rows:
         img.mkdir(parents=True, exist_ok=True)
         images.append(plots.throughput(throughput_rows, img / THROUGHPUT_PLOT))
@@ -182,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.render_only:
         metas: dict[str, dict[str, Any]] = {}
         if store.PLACEMENT in sections:
-            from bench import metrics
-            from bench.experiment import run_all
+            from bench.sim import metrics
+            from bench.sim.experiment import run_all
 
             print("placement: simulating traces", flush=True)
             placement = run_all(args.quick, workers=args.workers)

@@ -3,12 +3,16 @@
 Sections: `placement` (the trace simulation: placement_*.json), each speed bench, `throughput` (training
 throughput per placement over node links) and `recovery` (what a lost worker costs an elastic or restart job);
 one key of speed.json each.
+The raw per-run records of the placement simulation (every trace x policy, ~1.4 MB of JSON) are kept gzipped,
+placement_runs.json.gz, written byte for byte the same for the same records (no time in the gzip header), so
+git stores a small file that changes only when the numbers do; the rest is plain JSON.
 runs.json says, per section, when, on which commit and by which command its numbers were measured, so a
 report that merges sections from different runs can say where each came from.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 PLACEMENT = "placement"
+RUNS_FILE = "placement_runs.json.gz"
+#: what placement runs were stored as before they were gzipped; still read
+PLAIN_RUNS_FILE = "placement_runs.json"
 SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 THROUGHPUT = "throughput"
 RECOVERY = "recovery"
-#: every section measured by a module bench/<name>.py whose main(quick) returns its result (speed.json)
+#: every section measured by a module bench/measure/<name>.py, whose main(quick) returns its result
+#: (speed.json)
 MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY)
 SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
@@ -56,7 +64,8 @@ class Results:
 
 def save_placement(out: Path, placement: Mapping[str, Any], rows: list[dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "placement_runs.json").write_text(json.dumps(placement["records"], indent=1))
+    _write_gzipped_json(out / RUNS_FILE, placement["records"])
+    (out / PLAIN_RUNS_FILE).unlink(missing_ok=True)  # one copy: a stale plain file would never be read
     (out / "placement_summary.json").write_text(json.dumps(rows, indent=1))
     (out / "placement_fill.json").write_text(json.dumps(placement["fill"], indent=1))
     (out / "placement_series.json").write_text(json.dumps(placement["series"]))
@@ -94,8 +103,8 @@ def _order(section: str) -> tuple[int, str]:
 def load(out: Path) -> Results:
     """What earlier runs wrote to `out`: placement (or None), the speed benches' results, and runs.json."""
     placement = None
-    if (out / "placement_runs.json").exists():
-        records = json.loads((out / "placement_runs.json").read_text())
+    records = _read_runs(out)
+    if records is not None:
         counts = json.loads((out / "placement_meta.json").read_text()) \
             if (out / "placement_meta.json").exists() else {}
         traces = {(r["cluster"], r["mix"], r["load"], r["span"], r["seed"]) for r in records}
@@ -109,10 +118,27 @@ def load(out: Path) -> Results:
     return Results(placement=placement, speed=speed, runs=runs)
 
 
+def _write_gzipped_json(path: Path, value: Any) -> None:
+    with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped:
+        zipped.write(json.dumps(value, separators=(",", ":")).encode())
+
+
+def _read_runs(out: Path) -> list[dict[str, Any]] | None:
+    """The placement runs' records: gzipped, or plain JSON as written before; None when there are none."""
+    if (out / RUNS_FILE).exists():
+        with gzip.open(out / RUNS_FILE, "rt") as text:
+            records: list[dict[str, Any]] = json.load(text)
+        return records
+    if (out / PLAIN_RUNS_FILE).exists():
+        plain: list[dict[str, Any]] = json.loads((out / PLAIN_RUNS_FILE).read_text())
+        return plain
+    return None
+
+
 def _count_jobs(records: list[dict[str, Any]]) -> int:
     """Jobs in the traces behind `records`, for results written before placement_meta.json existed."""
-    from bench import model
-    from bench.workload import make_cluster, make_trace
+    from bench.sim import model
+    from bench.sim.workload import make_cluster, make_trace
 
     cases = {(r["cluster"], r["mix"], r["load"], r["seed"], r["days"], r["warmup_days"]) for r in records}
     total = 0

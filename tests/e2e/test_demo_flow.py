@@ -12,44 +12,23 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from user_manifests import JOB, apply, manager_ended, manager_manifest, pod_json, wait_for_phase
 
 from distributetrain import naming
 from distributetrain.naming import job_selector
 from localcluster.testing import TestCluster, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
-JOB = "train-6gpu"  # the job name manifests/DistributeTrain_Manager.yaml gives
 ACCURACY_THRESHOLD = 0.85  # 3 epochs on the digits reach 0.93 here; one epoch only 0.81
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
 
 
-def manager_manifest(command: str) -> str:
-    pod: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    container = pod["spec"]["containers"][0]
-    container["env"] = [*container.get("env", []), {"name": "DT_COMMAND", "value": command}]
-    return yaml.safe_dump(pod)
-
-
-def pod_json(cluster: TestCluster, name: str) -> dict[str, Any] | None:
-    done = cluster.kubectl("get", "pod", name, "-o", "json")
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
-def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
-    cluster: TestCluster = local_cluster_factory(nodes=[5, 3, 2], cpu_nodes=1, runtime="process")
-    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
-                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
-    assert applied.returncode == 0, applied.stderr
-    applied = cluster.kubectl("apply", "-f", "-",
-                              input=manager_manifest("python3 /opt/distributetrain/Train.py --epochs 3"))
-    assert applied.returncode == 0, applied.stderr
+def test_manager_manifest_trains_for_real(manifests_cluster: TestCluster) -> None:
+    cluster = manifests_cluster
+    apply(cluster, manager_manifest(DT_COMMAND="python3 /opt/distributetrain/Train.py --epochs 3"))
 
     # Where the gang lands, seen while it runs: the worker with 5 GPUs on the 5-GPU node.
     worker = wait_until(lambda: pod_json(cluster, f"{JOB}-worker-0"), timeout=120, interval=0.5,
@@ -57,18 +36,13 @@ def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     assert worker["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "5"
 
     # Debugging it as a user would while it trains: exec into the chief and read the hostfile it was given.
-    wait_until(lambda: (p := pod_json(cluster, f"{JOB}-chief")) and p["status"].get("phase") == "Running",
-               timeout=300, interval=0.5, what="the chief to run")
+    wait_for_phase(cluster, f"{JOB}-chief", ("Running",), timeout=300, what="the chief to run")
     worker_ip = (pod_json(cluster, f"{JOB}-worker-0") or {})["status"]["podIP"]
     hostfile = cluster.kubectl("exec", f"{JOB}-chief", "--", "cat",
                                f"{naming.HOSTFILE_MOUNT_PATH}/{naming.HOSTFILE_KEY}")
     assert (hostfile.returncode, hostfile.stdout) == (0, f"{worker_ip} slots=5\n"), hostfile.stderr
 
-    manager = wait_until(
-        lambda: (p := pod_json(cluster, "distributetrain-manager"))
-        and p["status"].get("phase") in ("Succeeded", "Failed") and p,
-        timeout=900, interval=1.0, what="the manager pod to end")
-    log = cluster.kubectl("logs", "distributetrain-manager", timeout=60).stdout
+    manager, log = manager_ended(cluster)
     assert manager["status"]["phase"] == "Succeeded", log[-4000:]
     assert manager["spec"]["nodeName"] == "cpu-1"
 
@@ -89,7 +63,8 @@ def test_manager_manifest_trains_for_real(local_cluster_factory: Any) -> None:
     assert JOB not in log.splitlines()
     # the job pods ran as the base image's non-root account: the chief's ssh logged in to the worker as it
     assert re.search(r"ssh trainer@10\.\d+\.\d+\.\d+:2222 accepts the job key", log), log[-4000:]
-    assert len(re.findall(r"first_step_unix=\d+\.\d+", log)) == 1  # rank 0's, for bench/demo_phases.py
+    # rank 0's, for bench/measure/demo_phases.py
+    assert len(re.findall(r"first_step_unix=\d+\.\d+", log)) == 1
 
     # The chief ran on the 2-GPU node with 1 GPU, is kept Completed, and its log reads with kubectl.
     chief = pod_json(cluster, f"{JOB}-chief")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from bench import throughput
+from bench.measure import throughput
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")]

@@ -1,203 +1,44 @@
-"""Real training without Kubernetes: two "worker pods" are base-image/entrypoint.sh in worker mode (real sshd
-on 127.0.0.2 and 127.0.0.3), the "chief" is the same entrypoint in launcher mode on this host (127.0.0.1). The
-launcher checks both sshd with the job key, runs horovodrun over ssh, and Train.py trains on the digits.
+"""Real training without Kubernetes (local_pods.py: two sshd "worker pods" on 127.0.0.2 and .3, the chief's
+launcher on this host): the launcher checks both sshd with the job key, runs the pre-flight all-reduce check
+(allreduce.py over ssh, Gloo) when asked, then horovodrun over ssh, and Train.py trains on the digits.
+
+One training (the `trained` fixture: 3 epochs, with the pre-flight check) serves every test that reads a
+finished run; a test that breaks its run (a worker killed, a bandwidth floor) has pods of its own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from local_pods import (
+    ACCURACY_THRESHOLD,
+    EPOCHS,
+    SLOTS,
+    TRAINING_TIMEOUT,
+    WORKERS,
+    Launcher,
+    Pods,
+    Training,
+    kill_tree,
+    sshd_missing,
+)
 
-from distributetrain import naming
-from distributetrain.manager import sshkeys
+from distributetrain.observe import progress
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-ENTRYPOINT = REPO / "base-image" / "entrypoint.sh"
-TRAIN = REPO / "base-image" / "Train.py"
-WORKERS = ("127.0.0.2", "127.0.0.3")
-# Measured on this machine: 3 ranks, 3 epochs of the digits reach 0.91-0.92 validation accuracy (see
-# docs/images.md); 0.85 leaves room for run-to-run variation while still failing a model that did not learn
-# (chance is 0.10, one epoch gives ~0.75).
-ACCURACY_THRESHOLD = 0.85
-EPOCHS = 3
-
-if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+if sshd_missing():
     pytest.skip("openssh-server is not installed (make system-deps)", allow_module_level=True)
 
 
-def _safe_base() -> Path:
-    """sshd's StrictModes refuses key files under a world-writable directory such as /tmp, so the pods' dirs
-    live under /run (root) or the user's home, the way a container's /root/.ssh would."""
-    for parent in (Path("/run"), Path.home() / ".cache"):
-        if os.access(parent, os.W_OK):
-            base = Path(tempfile.mkdtemp(prefix="distributetrain-e2e-", dir=parent))
-            base.chmod(0o755)
-            return base
-    pytest.fail("no directory for the pods' ssh files: neither /run nor ~/.cache is writable")
-
-
-def _free_port(hosts: tuple[str, ...]) -> int:
-    """One port free on every worker address: horovodrun's -p is the same for all hosts, as in a cluster."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = int(probe.getsockname()[1])
-        try:
-            for host in hosts[1:]:
-                with socket.socket() as other:
-                    other.bind((host, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no common free port")
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill_tree(pid: int) -> None:
-    for p in [*_descendants(pid), pid]:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-
-
-@dataclass
-class Pods:
-    base: Path
-    port: int
-    secret: Path
-    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def env(self, name: str, **extra: str) -> dict[str, str]:
-        home = self.base / name / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        home.chmod(0o755)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DT_")}
-        env.update(HOME=str(home), DT_SSH_DIR=str(self.secret), DT_STATE_DIR=str(self.base / name / "state"),
-                   DT_SSH_PORT=str(self.port), DT_PYTHON=sys.executable,
-                   # 3 ranks share 2 cores here: one thread each keeps TensorFlow from oversubscribing them
-                   TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", DT_E2E_MARK=str(self.base),
-                   **extra)
-        return env
-
-    def sshd_log(self, host: str) -> str:
-        return (self.base / host / "sshd.log").read_text()
-
-
-@pytest.fixture
-def pods() -> Iterator[Pods]:
-    base = _safe_base()
-    secret = base / "secret"  # what the Secret volume holds: root-owned, read-only files
-    secret.mkdir()
-    keys = sshkeys.generate("e2e-job")
-    (secret / naming.SSH_PRIVATE_KEY).write_bytes(keys.private_openssh())
-    (secret / naming.SSH_PUBLIC_KEY).write_text(keys.public + "\n")
-    (secret / naming.SSH_AUTHORIZED_KEYS).write_text(keys.authorized_keys())
-    for f in secret.iterdir():
-        f.chmod(0o444)  # deliberately too open: the entrypoint must install private copies
-    state = Pods(base=base, port=_free_port(WORKERS), secret=secret)
-    try:
-        for host in WORKERS:
-            (base / host).mkdir()
-            with (base / host / "sshd.log").open("wb") as log:
-                state.workers[host] = subprocess.Popen(
-                    [str(ENTRYPOINT), naming.ENTRYPOINT_WORKER], stdout=log, stderr=subprocess.STDOUT,
-                    env=state.env(host, DT_SSHD_LISTEN_ADDRESS=host), start_new_session=True)
-        yield state
-    finally:
-        for proc in state.workers.values():
-            _kill_tree(proc.pid)
-            proc.wait(timeout=10)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-class Launcher:
-    """The chief: entrypoint.sh launcher mode, its output collected line by line as it comes."""
-
-    def __init__(self, pods: Pods, epochs: int, *, slots: dict[str, int], **env_extra: str) -> None:
-        hostfile = pods.base / "hostfile"
-        hostfile.write_text("".join(f"{h} slots={n}\n" for h, n in slots.items()))
-        env = pods.env("chief", DT_POD_IP="127.0.0.1", DT_SLOTS="1", DT_HOSTFILE=str(hostfile),
-                       DT_NUM_PROCESSES=str(1 + sum(slots.values())), DT_NETWORK_INTERFACE="lo",
-                       DT_SSH_TIMEOUT="30", **env_extra)
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self.proc = subprocess.Popen(
-            [str(ENTRYPOINT), naming.ENTRYPOINT_LAUNCHER, "--", sys.executable, str(TRAIN), "--epochs",
-             str(epochs)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-            cwd=pods.base, start_new_session=True)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-
-    def wait_for_line(self, pattern: str, timeout: float) -> str:
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
-                for line in self.lines:
-                    if regex.search(line):
-                        return line
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.proc.poll() is not None and not self._cond.wait(0.5)):
-                    raise AssertionError(f"no line matching {pattern!r}; output:\n" + self.output())
-                self._cond.wait(min(left, 1.0))
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        finally:
-            if self.proc.poll() is None:
-                _kill_tree(self.proc.pid)
-                self.proc.wait(timeout=10)
-            self._reader.join(timeout=10)
-            assert self.proc.stdout is not None
-            self.proc.stdout.close()
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-
-def test_three_ranks_over_two_ssh_workers_train_to_identical_weights(pods: Pods) -> None:
-    launcher = Launcher(pods, EPOCHS, slots={WORKERS[0]: 1, WORKERS[1]: 1})
-    code = launcher.wait(timeout=420)
-    out = launcher.output()
-    assert code == 0, out
+def test_three_ranks_over_two_ssh_workers_train_to_identical_weights(trained: Training) -> None:
+    out = trained.output
+    assert trained.exit_code == 0, out
 
     assert re.search(r"horovod size=3 ", out), out
     accuracy = float(re.findall(r"final_accuracy=([0-9.]+)", out)[-1])
@@ -211,12 +52,12 @@ def test_three_ranks_over_two_ssh_workers_train_to_identical_weights(pods: Pods)
 
     # ranks 1 and 2 really went through each worker's sshd with the job key
     for host in WORKERS:
-        assert "Accepted publickey for" in pods.sshd_log(host), pods.sshd_log(host)
+        assert "Accepted publickey for" in trained.pods.sshd_log(host), trained.pods.sshd_log(host)
 
 
-def test_the_job_key_is_installed_private_and_passwords_are_refused(pods: Pods) -> None:
-    launcher = Launcher(pods, 1, slots={WORKERS[0]: 1, WORKERS[1]: 1})
-    assert launcher.wait(timeout=420) == 0, launcher.output()
+def test_the_job_key_is_installed_private_and_passwords_are_refused(trained: Training) -> None:
+    assert trained.exit_code == 0, trained.output
+    pods = trained.pods
     chief_ssh = pods.base / "chief" / "home" / ".ssh"
     for path, mode in ((chief_ssh, 0o700), (chief_ssh / "id_ed25519", 0o600),
                        (chief_ssh / "authorized_keys", 0o600),
@@ -234,6 +75,44 @@ def test_the_job_key_is_installed_private_and_passwords_are_refused(pods: Pods) 
     assert "Permission denied (publickey)" in refused.stderr
 
 
+def test_the_preflight_measures_every_rank_then_the_training_runs(trained: Training) -> None:
+    out = trained.output
+    assert trained.exit_code == 0, out
+    # per size: time, algorithm and bus bandwidth, over the 3 ranks, with Gloo on the CPU
+    for size in ("1 MiB", "16 MiB", "64 MiB"):
+        assert re.search(rf"INFO pre-flight {size} over 3 ranks \(Gloo\): [0-9.]+ ms, "
+                         r"algbw [0-9.e+-]+ GB/s, busbw [0-9.e+-]+ GB/s$", out, flags=re.MULTILINE), out
+    assert re.search(r"INFO pre-flight pods to the chief at 64 MiB: 127\.0\.0\.2 \S+ GB/s, 127\.0\.0\.3 \S+ "
+                     r"GB/s; slowest 127\.0\.0\.[23]$", out, flags=re.MULTILINE), out
+    took = float(re.findall(r"INFO pre-flight took ([0-9.]+)s", out)[0])
+    assert 0 < took < 300
+    # the check ran before the training's own horovodrun
+    lines = out.splitlines()
+    check = next(i for i, line in enumerate(lines) if "pre-flight took" in line)
+    start = next(i for i, line in enumerate(lines) if progress.LAUNCHED.match(line.encode()))
+    assert check < start
+    # Train.py's progress lines, read as the manager reads them: the first step, then every epoch
+    reports = [r for r in (progress.parse(line) for line in lines) if r is not None]
+    assert reports[0] == progress.Progress(epoch=0, epochs=EPOCHS, step=1), reports
+    last = reports[-1]
+    assert (last.epoch, last.epochs) == (EPOCHS, EPOCHS)
+    assert last.step is not None and last.step > 1 and last.loss is not None and last.accuracy is not None
+    assert last.steps_per_s is not None and last.steps_per_s > 0
+    assert {name for name, _ in last.extra} == {"val_loss", "val_accuracy"}
+
+
+def test_a_bus_bandwidth_below_min_busbw_fails_fast_naming_the_slowest_pod(pods: Pods) -> None:
+    launcher = Launcher(pods, 1, slots=SLOTS, DT_MIN_BUSBW="100000")
+    code = launcher.wait(timeout=TRAINING_TIMEOUT)
+    out = launcher.output()
+    assert code == 76, out
+    assert re.search(r"ERROR the pre-flight all-reduce over 3 ranks reached [0-9.e+-]+ GB/s bus bandwidth "
+                     r"at 64 MiB, below --min-busbw 100000 GB/s; the slowest pod is 127\.0\.0\.[23] "
+                     r"\([0-9.e+-]+ GB/s to the chief\); the training was not started$", out,
+                     flags=re.MULTILINE), out
+    assert "starting: horovodrun" not in out and "dt-progress" not in out  # Train.py never ran
+
+
 def _training_processes(mark: str) -> list[int]:
     """Every process of this test's training (horovodrun exports the chief's environment to every rank)."""
     found = []
@@ -249,10 +128,10 @@ def _training_processes(mark: str) -> list[int]:
 
 
 def test_a_worker_killed_mid_training_fails_the_launcher_and_no_rank_survives(pods: Pods) -> None:
-    launcher = Launcher(pods, 200, slots={WORKERS[0]: 1, WORKERS[1]: 1})
+    launcher = Launcher(pods, 200, slots=SLOTS)
     launcher.wait_for_line(r"<stdout>:epoch=1 ", timeout=300)
     assert len(_training_processes(str(pods.base))) >= 3
-    _kill_tree(pods.workers[WORKERS[1]].pid)  # the whole "pod": sshd, its sessions and the training rank
+    kill_tree(pods.workers[WORKERS[1]].pid)  # the whole "pod": sshd, its sessions and the training rank
     code = launcher.wait(timeout=120)
     out = launcher.output()
     assert code != 0, out

@@ -8,19 +8,13 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from user_manifests import JOB, MANAGER, apply, manager_ended, manager_manifest, pod_json, wait_for_phase
 
 from distributetrain import naming
 from localcluster.testing import TestCluster, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-JOB = "train-6gpu"
-MANAGER = "distributetrain-manager"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.timeout(900),
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
@@ -36,20 +30,6 @@ BLOCKER = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "blocker", "n
                                                   "requests": {"cpu": "10m"}},
                                     "securityContext": {"allowPrivilegeEscalation": False,
                                                         "capabilities": {"drop": ["ALL"]}}}]}}
-
-
-def manager_manifest() -> str:
-    pod: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    container = pod["spec"]["containers"][0]
-    container["env"] = [*container["env"],
-                        {"name": "DT_COMMAND", "value": "python3 /opt/distributetrain/Train.py --epochs 3"},
-                        {"name": "DT_WAIT_FOR_GPUS", "value": "10m"}]
-    return yaml.safe_dump(pod)
-
-
-def pod_json(cluster: TestCluster, name: str) -> dict[str, Any] | None:
-    done = cluster.kubectl("get", "pod", name, "-o", "json")
-    return json.loads(done.stdout) if done.returncode == 0 else None
 
 
 def phase_column(cluster: TestCluster) -> str | None:
@@ -68,16 +48,12 @@ def scrape(ip: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def test_metrics_phase_label_describe_and_events_of_a_real_job(local_cluster_factory: Any) -> None:
-    cluster: TestCluster = local_cluster_factory(nodes=[5, 3, 2], cpu_nodes=1, runtime="process")
-    applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
-                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
-    assert applied.returncode == 0, applied.stderr
-    assert cluster.kubectl("apply", "-f", "-", input=json.dumps(BLOCKER)).returncode == 0
-    wait_until(lambda: (p := pod_json(cluster, "blocker")) and p["status"].get("phase") == "Running",
-               timeout=60, interval=0.5, what="the blocker to hold node-1's GPUs")
-    applied = cluster.kubectl("apply", "-f", "-", input=manager_manifest())
-    assert applied.returncode == 0, applied.stderr
+def test_metrics_phase_label_describe_and_events_of_a_real_job(manifests_cluster: TestCluster) -> None:
+    cluster = manifests_cluster
+    apply(cluster, json.dumps(BLOCKER))
+    wait_for_phase(cluster, "blocker", ("Running",), timeout=60, what="the blocker to hold node-1's GPUs")
+    apply(cluster, manager_manifest(DT_COMMAND="python3 /opt/distributetrain/Train.py --epochs 3",
+                                    DT_WAIT_FOR_GPUS="10m"))
 
     # PreTraining waits for GPUs: the phase column says Planning, and the metrics say it too
     wait_until(lambda: phase_column(cluster) == "Planning", timeout=120, interval=0.5, what="phase Planning")
@@ -109,9 +85,7 @@ def test_metrics_phase_label_describe_and_events_of_a_real_job(local_cluster_fac
     assert reached["Planning"] <= reached["Scheduling"] <= reached["Launching"] <= reached["Running"]
     assert reached["Scheduling"] >= 1.0  # it waited for the blocker's GPUs
 
-    ended = wait_until(lambda: (p := pod_json(cluster, MANAGER)) and p["status"].get("phase")
-                       in ("Succeeded", "Failed") and p, timeout=900, interval=1.0, what="the manager to end")
-    log = cluster.kubectl("logs", MANAGER, timeout=60).stdout
+    ended, log = manager_ended(cluster)
     assert ended["status"]["phase"] == "Succeeded", log[-4000:]
     assert "serving the job's metrics on 0.0.0.0:9102/metrics" in log
     assert "not recorded" not in log and "are not shown" not in log

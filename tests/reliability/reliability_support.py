@@ -33,6 +33,7 @@ from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
+from localcluster import testing
 from localcluster.runtime.sim import Behavior
 from localcluster.testing import TestCluster
 from podsecurity import restricted
@@ -126,14 +127,9 @@ def held(before: dict[str, int], after: dict[str, int]) -> int:
 
 def wait_until(what: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.1,
                message: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {message or what}")
-        time.sleep(every)
+    """The local cluster's poll (localcluster.testing.wait_until), under the names the fault matrix's tests
+    use: `every` seconds between checks, `message` saying what was awaited."""
+    return testing.wait_until(what, timeout=timeout, interval=every, what=message or str(what))
 
 
 def pods_of(kube: Kube, job: str, namespace: str = "default") -> dict[str, dict[str, Any]]:
