@@ -22,6 +22,7 @@ EXIT_SSH = 73
 EXIT_DEADLINE = 74
 EXIT_CHIEF_LOST = 75
 EXIT_PREFLIGHT = 76
+EXIT_API_UNREACHABLE = 77
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -38,8 +39,12 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (f"{EXIT_CHIEF_LOST}", "the chief pod was lost"),
     (f"{EXIT_PREFLIGHT}", "the pre-flight all-reduce check failed: a pod unreachable, hung, or below "
                           "--min-busbw; the training was not started"),
+    (f"{EXIT_API_UNREACHABLE}", "the API server did not answer for longer than --api-outage-tolerance while "
+                                "the job ran; its pods were left to their owner (the manager's Job: a new "
+                                "manager pod adopts them)"),
     (f"{EXIT_SIGINT} / {EXIT_SIGTERM}",
-     "interrupted by SIGINT / SIGTERM, after deleting everything the job created"),
+     "interrupted by SIGINT / SIGTERM, after deleting everything the job created; a manager pod of a Job "
+     "leaves a running job to the Job's next pod"),
     ("other", "the training's own exit code, passed through from the chief"),
 )
 
@@ -103,6 +108,13 @@ class Conflict(ApiError):
 
 class AlreadyExists(Conflict):
     """409 with reason AlreadyExists: an object of that name exists."""
+
+
+class ApiUnreachable(ApiError):
+    """The API server did not answer for longer than the job tolerates an outage. Nothing can be cleaned up
+    then: the job's objects are left to their owner."""
+
+    exit_code = EXIT_API_UNREACHABLE
 
 
 class Gone(ApiError):

@@ -162,7 +162,8 @@ def posttraining_command(**params: Any) -> None:
 
     ref = JobRef.from_sources(params, os.environ)
     keep_chief = read_field("keep_chief", params["keep_chief"], os.environ)
-    kube = _kube(params["kubeconfig"], params["context"])
+    tolerance = read_field("api_outage_tolerance", params["api_outage_tolerance"], os.environ)
+    kube = _kube(params["kubeconfig"], params["context"]).patient(tolerance)
     observer = _observer(kube, ref)
     with _closing(observer):
         code = run_posttraining(kube, job=ref.name, namespace=ref.namespace, keep_chief=keep_chief,
@@ -184,12 +185,14 @@ def _job(job_name: str | None, namespace: str | None) -> JobRef:
 @click.command("wait")
 @_job_options
 @field_option("keep_chief")
+@field_option("api_outage_tolerance")
 def wait_command(job_name: str | None, namespace: str | None, kubeconfig: str | None, context: str | None,
-                 keep_chief: bool | None) -> None:
+                 keep_chief: bool | None, api_outage_tolerance: str | None) -> None:
     """PostTraining: stream JOB's chief log until it ends, clean up, exit with its exit code."""
     from distributetrain.manager.posttraining import run_posttraining
 
     job, keep = _job(job_name, namespace), read_field("keep_chief", keep_chief, os.environ)
+    tolerance = read_field("api_outage_tolerance", api_outage_tolerance, os.environ)
     kube = _kube(kubeconfig, context)
     chief = kube.get("pods", job.namespace, naming.chief_name(job.name))
     mode = podstatus.annotation(chief, naming.RECOVERY_ANNOTATION) if chief else None
@@ -197,7 +200,8 @@ def wait_command(job_name: str | None, namespace: str | None, kubeconfig: str | 
         raise InvalidInput(f"JOB: job {job.name} is {mode}: its supervisor replaces lost workers from the "
                            "job's request, which `wait` does not have; the manager that launched it (`run`, "
                            "or Manager.sh) supervises it. Nothing was changed")
-    sys.exit(run_posttraining(kube, job=job.name, namespace=job.namespace, keep_chief=keep, started_at=None))
+    sys.exit(run_posttraining(kube.patient(tolerance), job=job.name, namespace=job.namespace, keep_chief=keep,
+                              started_at=None))
 
 
 @click.command("status")

@@ -4,14 +4,20 @@ Requests are built as plain values in requests.py (method, path, query, body) an
 client's ApiClient, which brings its configuration, authentication and TLS. Everything crosses as plain
 JSON dicts (camelCase, as the API sends them), decoded with orjson from the raw body: ~9x cheaper than the
 client's model deserialisation on big lists. Errors are read once (requests.api_error) into errors.py's
-ApiError family, which carries the status code, reason and details callers match on; 429 and 5xx are
-retried a bounded number of times with exponential backoff, honouring Retry-After. Every request is counted
-by verb (`Kube.requests`).
+ApiError family, which carries the status code, reason and details callers match on. Every request is
+counted by verb (`Kube.requests`).
+
+Retries. A refused or cut connection, a timeout, 429 and 5xx are retried with exponential backoff, honouring
+Retry-After: a bounded number of times while a job is being created (a first error should surface fast,
+before anything runs), and for as long as `patient(seconds)` allows once it runs - an API server upgrade or a
+zonal control-plane outage takes minutes, and a three-day training must not be lost to it. Past that
+tolerance the error is ApiUnreachable (exit 77).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import logging
 import os
@@ -26,7 +32,7 @@ import orjson
 import urllib3
 from kubernetes import client, config
 
-from distributetrain.errors import ApiError, Conflict, Gone, NotFound, StreamBroken
+from distributetrain.errors import ApiError, ApiUnreachable, Conflict, Gone, NotFound, StreamBroken
 from distributetrain.kube import requests, slimpods
 from distributetrain.kube.requests import Request
 
@@ -37,6 +43,11 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 DEFAULT_PAGE_SIZE = 5000
 # a silent training log is normal; after this long without a byte the follower reconnects, which is harmless
 LOG_READ_TIMEOUT = 600.0
+# while patient: the longest pause between two tries (so the job is back soon after the server), the longest
+# Retry-After honoured, and how often a continuing outage is logged again
+PATIENT_MAX_BACKOFF = 10.0
+PATIENT_MAX_RETRY_AFTER = 60.0
+OUTAGE_LOG_EVERY = 30.0
 
 
 class Kube:
@@ -44,18 +55,33 @@ class Kube:
 
     def __init__(self, api_client: client.ApiClient, *, attempts: int = 6, backoff: float = 0.25,
                  max_backoff: float = 8.0, request_timeout: float = 30.0, page_size: int = DEFAULT_PAGE_SIZE,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.api_client = api_client
-        # the generated client, for callers that want its typed models (bench/scale.py compares them)
-        self.core = client.CoreV1Api(api_client)
         self.attempts = attempts
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.request_timeout = request_timeout
         self.page_size = page_size
         self.requests: Counter[str] = Counter()
+        # None: `attempts` tries at most; else retry a retryable failure for this many seconds
+        self.patience: float | None = None
         self._sleep = sleep
+        self._clock = clock
         self._lock = threading.Lock()
+
+    def patient(self, seconds: float) -> Kube:
+        """The same connection (its client, counters and lock), retrying a retryable failure for up to
+        `seconds` from its first try instead of a bounded number of times: for a job that runs."""
+        other = copy.copy(self)
+        other.patience = seconds
+        return other
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """The generated client, for callers that want its typed models (bench/measure/scale.py compares
+        them); made on demand: its construction costs a third of a second the manager does not need."""
+        return client.CoreV1Api(self.api_client)
 
     # ---- construction -------------------------------------------------------------------------------
     @staticmethod
@@ -86,10 +112,15 @@ class Kube:
 
     # ---- the one place requests are sent -----------------------------------------------------------
     def send(self, request: Request, *, timeout: tuple[float, float] | None = None) -> Any:
-        """Send one request with bounded retries on 429/5xx and connection errors; an error answer becomes
-        its ApiError (requests.api_error). Returns the raw response: `.data`, or `.stream()` it."""
+        """Send one request, retrying a refused or cut connection, a timeout, 429 and 5xx (see the module's
+        docstring); an error answer becomes its ApiError (requests.api_error). Returns the raw response:
+        `.data`, or `.stream()` it."""
         delay = self.backoff
-        for attempt in range(1, self.attempts + 1):
+        first_failure: float | None = None
+        logged_at: float | None = None
+        attempt = 0
+        while True:
+            attempt += 1
             with self._lock:
                 self.requests[request.verb] += 1
             try:
@@ -98,30 +129,54 @@ class Kube:
                 raise requests.api_error(err.status, err.body, what=request.what,
                                          http_reason=str(err.reason)) from err
             except (urllib3.exceptions.HTTPError, OSError) as err:
-                if attempt == self.attempts:
-                    raise ApiError(f"{request.what}: cannot reach the API server after {attempt} attempts: "
-                                   f"{err}. Check that the cluster is up and the kubeconfig points at it"
-                                   ) from err
-                wait, reason = None, f"{type(err).__name__}: {err}"
+                wait, reason, error = None, f"{type(err).__name__}: {err}", None
             else:
                 if 200 <= answer.status <= 299:
+                    if logged_at is not None:
+                        log.warning("%s: the API server answers again after %.0fs", request.what,
+                                    self._clock() - (first_failure or 0.0))
                     return answer.response
                 error = requests.api_error(answer.status, answer.read(), what=request.what,
                                            http_reason=str(answer.reason))
                 if answer.status not in RETRYABLE:
                     raise error
-                if attempt == self.attempts:
-                    raise ApiError(f"{error} (gave up after {attempt} attempts)", status=error.status,
-                                   reason=error.reason, details=error.details)
                 wait = requests.retry_after(answer.headers)
                 message = requests.status_message(answer.status, answer.data, answer.reason)
                 reason = f"{answer.status} {message}"
-            pause = min(self.max_backoff * 4, wait) if wait is not None else delay * (0.5 + random.random())
-            log.warning("%s: %s; retrying in %.2fs (attempt %d of %d)", request.what, reason, pause, attempt,
-                        self.attempts)
+            now = self._clock()
+            first_failure = now if first_failure is None else first_failure
+            if self._exhausted(attempt, now - first_failure):
+                raise self._gave_up(request, attempt, now - first_failure, reason, error)
+            cap = PATIENT_MAX_BACKOFF if self.patience is not None else self.max_backoff * 4
+            pause = min(cap, delay * (0.5 + random.random())) if wait is None else \
+                min(wait, PATIENT_MAX_RETRY_AFTER if self.patience is not None else cap)
+            if self.patience is None:
+                log.warning("%s: %s; retrying in %.2fs (attempt %d of %d)", request.what, reason, pause,
+                            attempt, self.attempts)
+            elif logged_at is None or now - logged_at >= OUTAGE_LOG_EVERY:
+                logged_at = now
+                log.warning("%s: %s; the API server has not answered for %.0fs, retrying (tolerating %.0fs "
+                            "of outage, --api-outage-tolerance)", request.what, reason, now - first_failure,
+                            self.patience)
             self._sleep(pause)
-            delay = min(self.max_backoff, delay * 2)
-        raise AssertionError("unreachable")
+            delay = min(PATIENT_MAX_BACKOFF if self.patience is not None else self.max_backoff, delay * 2)
+
+    def _exhausted(self, attempt: int, failing_for: float) -> bool:
+        if self.patience is None:
+            return attempt >= self.attempts
+        return failing_for >= self.patience
+
+    def _gave_up(self, request: Request, attempt: int, failing_for: float, reason: str,
+                 error: ApiError | None) -> ApiError:
+        if self.patience is not None:
+            return ApiUnreachable(f"{request.what}: the API server did not answer for {failing_for:.0f}s "
+                                  f"({attempt} attempts; last: {reason}), longer than --api-outage-tolerance "
+                                  f"({self.patience:g}s)")
+        if error is not None:
+            return ApiError(f"{error} (gave up after {attempt} attempts)", status=error.status,
+                            reason=error.reason, details=error.details)
+        return ApiError(f"{request.what}: cannot reach the API server after {attempt} attempts: {reason}. "
+                        "Check that the cluster is up and the kubeconfig points at it")
 
     def _send_once(self, request: Request, timeout: tuple[float, float]) -> Any:
         """One HTTP exchange through the client's ApiClient (its host, credentials and TLS)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from distributetrain.errors import ApiError, Gone, StreamBroken
+from distributetrain.errors import ApiError, ApiUnreachable, Gone, StreamBroken
 from distributetrain.kube.gateway import Kube
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class Watched:
         None: forever). The caller stops iterating when it has seen what it waits for."""
         yield self.relist() if not self.resource_version else self.snapshot()
         breaks = 0
+        broken_since: float | None = None
         while deadline is None or self._clock() < deadline:
             remaining = self.watch_seconds if deadline is None else deadline - self._clock()
             timeout = max(1, min(self.watch_seconds, int(remaining + 0.999)))
@@ -67,7 +68,7 @@ class Watched:
                 stream = self.kube.watch(self.kind, self.namespace, resource_version=self.resource_version,
                                          label_selector=self.selector, timeout_seconds=timeout)
                 for event in stream:
-                    breaks = 0
+                    breaks, broken_since = 0, None
                     if self._apply(event):
                         yield self.snapshot()
                     if deadline is not None and self._clock() >= deadline:
@@ -78,9 +79,16 @@ class Watched:
                 yield self.relist()
             except StreamBroken as err:
                 breaks += 1
-                if breaks > self.max_breaks:
+                broken_since = self._clock() if broken_since is None else broken_since
+                patience = self.kube.patience
+                if patience is None and breaks > self.max_breaks:
                     raise ApiError(f"watch {self.kind} {self.selector}: the stream broke {breaks} times in a "
                                    f"row; last: {err}") from err
+                silent = self._clock() - broken_since
+                if patience is not None and silent >= patience:
+                    raise ApiUnreachable(
+                        f"watch {self.kind} {self.selector}: no event for {silent:.0f}s, the stream broke "
+                        f"{breaks} times; longer than --api-outage-tolerance ({patience:g}s)") from err
                 log.warning("watch %s %s broke (%s); resuming from %s", self.kind, self.selector, err,
                             self.resource_version)
                 self._sleep(min(5.0, 0.2 * 2 ** breaks))

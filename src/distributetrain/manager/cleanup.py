@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.errors import DistributeTrainError
+from distributetrain.errors import ApiUnreachable, DistributeTrainError, Interrupted
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager import signals
@@ -87,17 +87,30 @@ def delete_job(kube: Kube, *, job: str, namespace: str, keep_chief: bool, report
 
 @contextlib.contextmanager
 def guard(kube: Kube, *, job: str, namespace: str, reporter: Reporter,
-          armed: Callable[[], bool] = lambda: True) -> Iterator[None]:
+          armed: Callable[[], bool] = lambda: True, durable: bool = False) -> Iterator[None]:
     """Run the body with SIGTERM/SIGINT raised as Interrupted; on any failure (or signal) delete the whole job
     before the error propagates, if `armed()` says this run created or adopted something. A cleanup that
-    fails is reported, and never hides the failure that caused it."""
+    fails is reported, and never hides the failure that caused it. Left alone: a job the API no longer
+    answers for (ApiUnreachable), and, when `durable` (a Job owns the job's objects), a job whose manager pod
+    was told to stop - a drain, an eviction, a deleted pod: the Job's next manager pod adopts it, and
+    deleting the Job deletes everything."""
     # the try encloses the signal handling: a held signal fires the moment it is unblocked, on entry
     try:
         with signals.raising_interrupted():
             yield
     except BaseException as err:
         reporter.failed(err)
-        if armed():
+        if isinstance(err, ApiUnreachable):
+            # nothing can be deleted through an API that does not answer, and half a cleanup would be worse
+            # than none: the job's objects stay with their owner, whose garbage collection or successor
+            # (a new manager pod of the manager's Job adopts a running job) takes them
+            reporter.say(f"job {job}: {err}; its pods are left running with their owner: a new manager pod "
+                         f"of the manager's Job adopts them, or delete the job with: distributetrain delete "
+                         f"{job} -n {namespace}")
+        elif durable and isinstance(err, Interrupted):
+            reporter.say(f"job {job}: this manager pod was stopped ({err}); the job goes on, owned by the "
+                         "manager's Job, whose next pod adopts it (to stop the job, delete the Job)")
+        elif armed():
             why = (str(err) or type(err).__name__).splitlines()[0]
             reporter.say(f"job {job} failed ({why}); deleting all it created")
             with signals.ignored():

@@ -45,10 +45,14 @@ def _b64(data: bytes | str) -> str:
 
 
 def owner_references(owner: ManagerIdentity | None, namespace: str) -> list[dict[str, Any]]:
-    """The manager pod as owner, so deleting it garbage-collects the job. Only within its own namespace: the
-    garbage collector treats a cross-namespace owner as absent and would delete the object at once."""
+    """The manager's Job as owner when it runs under one (its next pod adopts the job; deleting the Job
+    garbage-collects it), else the manager pod. Not the controller reference: the Job controller would release
+    our pods from it, as pods its selector does not match. Only within the owner's own namespace: the garbage
+    collector treats a cross-namespace owner as absent and would delete the object at once."""
     if owner is None or (owner.namespace is not None and owner.namespace != namespace):
         return []
+    if owner.durable:
+        return [{"apiVersion": "batch/v1", "kind": "Job", "name": owner.job_name, "uid": owner.job_uid}]
     return [{"apiVersion": "v1", "kind": "Pod", "name": owner.name, "uid": owner.uid, "controller": True}]
 
 

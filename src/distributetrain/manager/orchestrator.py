@@ -44,12 +44,15 @@ class Orchestrator:
         # an adopted job's workers are read from the cluster, and checked against the chief's process count
         spec = self.spec
         return posttraining.supervise(
-            self.kube, job=spec.job_name, namespace=spec.namespace, keep_chief=spec.keep_chief,
-            reporter=self.reporter, workers=None if started.adopted else started.workers,
-            deadline=self.pretraining.deadline, schedule_timeout=spec.schedule_timeout, clock=self._clock,
-            request=lambda: spec, owner=self.pretraining.owner)
+            self.kube.patient(spec.api_outage_tolerance), job=spec.job_name, namespace=spec.namespace,
+            keep_chief=spec.keep_chief, reporter=self.reporter,
+            workers=None if started.adopted else started.workers, deadline=self.pretraining.deadline,
+            schedule_timeout=spec.schedule_timeout, clock=self._clock, request=lambda: spec,
+            owner=self.pretraining.owner)
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         # only what this run created or adopted is its to delete
+        owner = self.pretraining.owner
         return cleanup.guard(self.kube, job=self.spec.job_name, namespace=self.spec.namespace,
-                             reporter=self.reporter, armed=lambda: self.pretraining.touched)
+                             reporter=self.reporter, armed=lambda: self.pretraining.touched,
+                             durable=owner is not None and owner.durable)

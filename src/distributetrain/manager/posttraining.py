@@ -95,7 +95,8 @@ def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, 
     deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only). `request`:
     the job's request, read only for a job that replaces lost workers (the Keeper builds them)."""
     reporter = reporter or Reporter()
-    with cleanup.guard(kube, job=job, namespace=namespace, reporter=reporter):
+    with cleanup.guard(kube, job=job, namespace=namespace, reporter=reporter,
+                       durable=owner is not None and owner.durable):
         return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter,
                          started_at=started_at, clock=clock, request=request, owner=owner)
 
@@ -128,7 +129,8 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
         workers = sorted(n for n, p in first.items() if podstatus.role(p) == naming.ROLE_WORKER)
         held = sum(podstatus.gpus(first[n]) for n in [*workers, chief_name])
         expected = podstatus.expected_processes(first[chief_name])
-        if keeper is None and expected is not None and held < expected:
+        ended = podstatus.is_terminated(first[chief_name])  # adopted after its end: only its result is owed
+        if keeper is None and not ended and expected is not None and held < expected:
             present = ", ".join(workers) or "none"
             raise WorkerFailed(f"job {job}: its pods hold {held} GPU(s) but the chief runs {expected} "
                                f"processes: worker pod(s) are missing (present: {present})")

@@ -255,13 +255,16 @@ class PreTraining:
         raise ApiError(f"the gang's pods {', '.join(names)} were deleted but did not go away within 90s")
 
     def _adopt_or_clean(self) -> StartedJob | None:
-        """Objects of an earlier run with this job name: adopt them when their chief still runs with its
-        whole gang (the manager was restarted mid-job); otherwise delete them and start afresh."""
+        """Objects of an earlier run with this job name: adopt them when their chief is there and an earlier
+        pod of this manager's own Job made it (the manager pod was replaced mid-job: the training goes on, or
+        its result is reported), or when their chief still runs with its whole gang (a manager restarted by
+        hand); otherwise delete them and start afresh."""
         spec = self.spec
         found = cleanup.find_job_objects(self.kube, job=spec.job_name, namespace=spec.namespace)
         if not any(found.values()):
             return None
-        self._refuse_if_running_elsewhere([o for items in found.values() for o in items])
+        objects = [o for items in found.values() for o in items]
+        self._refuse_if_running_elsewhere(objects)
         self.touched = True
         pods = {podstatus.name(p): p for p in found["pods"]}
         chief_name = naming.chief_name(spec.job_name)
@@ -269,12 +272,16 @@ class PreTraining:
         live = [p for p in pods.values() if not podstatus.is_terminated(p) and not podstatus.is_deleting(p)]
         held = sum(podstatus.gpus(p) for p in live)
         whole = chief is not None and held == podstatus.expected_processes(chief)
-        if chief is not None and chief in live and whole:
+        ours = chief is not None and self._owned_by_my_job(chief)
+        if chief is not None and (ours or (chief in live and whole)):
             workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
-            self.reporter.say(f"adopting the running job {spec.job_name}: chief {chief_name} and "
-                              f"{len(workers)} worker(s) from an earlier manager")
+            state = "running" if chief in live else f"ended ({podstatus.describe(chief)})"
+            since = f"an earlier pod of Job {self.owner.job_name}" if ours and self.owner else \
+                "an earlier manager"
+            self.reporter.say(f"adopting the job {spec.job_name}, {state}: chief {chief_name} and "
+                              f"{len(workers)} worker(s) from {since}")
             return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=None, workers=workers,
-                            chief=chief_name, attempts=0, adopted=True)
+                              chief=chief_name, attempts=0, adopted=True)
         count = sum(len(v) for v in found.values())
         self.reporter.say(f"found {count} object(s) of an earlier, unfinished or finished run of job "
                           f"{spec.job_name}; deleting them before starting")
@@ -282,20 +289,26 @@ class PreTraining:
                            reporter=self.reporter)
         return None
 
+    def _owned_by_my_job(self, obj: dict[str, Any]) -> bool:
+        uid = self.owner.job_uid if self.owner else None
+        return uid is not None and any(ref.get("uid") == uid
+                                       for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
     def _refuse_if_running_elsewhere(self, objects: list[dict[str, Any]]) -> None:
-        """Objects owned by another manager pod that still runs belong to a live job: never touch them."""
-        mine = self.owner.uid if self.owner else None
+        """Objects owned by another manager that still runs (its pod, or a Job not finished) belong to a live
+        job: never touch them."""
+        mine = {self.owner.uid, self.owner.job_uid} - {None} if self.owner else set()
         for obj in objects:
             for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-                if ref.get("kind") != "Pod" or ref.get("uid") == mine:
+                if ref.get("kind") not in ("Pod", "Job") or ref.get("uid") in mine:
                     continue
-                other = self.kube.get("pods", self.spec.namespace, str(ref.get("name")))
-                if other and other["metadata"].get("uid") == ref.get("uid") and not (
-                        podstatus.is_terminated(other) or podstatus.is_deleting(other)):
+                kind = "pods" if ref.get("kind") == "Pod" else "jobs"
+                other = self.kube.get(kind, self.spec.namespace, str(ref.get("name")))
+                if other and other["metadata"].get("uid") == ref.get("uid") and _running(other):
                     raise InvalidInput(
                         f"job_name: job {self.spec.job_name!r} in namespace {self.spec.namespace} is run by "
-                        f"manager pod {ref.get('name')}, which is still running; choose another --job-name, "
-                        "or stop that manager first; nothing was created")
+                        f"manager {ref.get('kind')} {ref.get('name')}, which is still running; choose "
+                        "another --job-name, or stop that manager first; nothing was created")
 
     # ---- deadlines ---------------------------------------------------------------------------------------
     def _check_deadline(self, doing: str) -> None:
@@ -310,6 +323,16 @@ class PreTraining:
         if self.deadline is None:
             return pause
         return max(0.0, min(pause, self.deadline - self.clock()))
+
+
+def _running(owner: dict[str, Any]) -> bool:
+    """A manager pod that has not ended, or a manager Job that has not finished (no Complete or Failed
+    condition)."""
+    if owner.get("kind") == "Job":
+        conditions = (owner.get("status") or {}).get("conditions") or []
+        return not any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                       for c in conditions) and not (owner.get("metadata") or {}).get("deletionTimestamp")
+    return not (podstatus.is_terminated(owner) or podstatus.is_deleting(owner))
 
 
 def _started(pod: podstatus.Pod) -> bool:

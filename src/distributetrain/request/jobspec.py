@@ -62,16 +62,24 @@ ENV_MANAGER_POD_NAME = "DT_MANAGER_POD_NAME"
 ENV_MANAGER_POD_UID = "DT_MANAGER_POD_UID"
 ENV_MANAGER_NAMESPACE = "DT_MANAGER_NAMESPACE"
 ENV_MANAGER_POD_IPS = "DT_MANAGER_POD_IPS"  # status.podIPs: tells an IPv6-only pod network before any pod
+# The manager's Job, when it runs as one (manifests/DistributeTrain_Manager.yaml): the downward API gives the
+# labels the Job controller puts on its pods: batch.kubernetes.io/job-name and .../controller-uid
+ENV_MANAGER_JOB_NAME = "DT_MANAGER_JOB_NAME"
+ENV_MANAGER_JOB_UID = "DT_MANAGER_JOB_UID"
 
 
 @dataclass(frozen=True)
 class ManagerIdentity:
-    """The manager pod, when running in a cluster: every object the job creates is owned by it."""
+    """The manager pod, when running in a cluster, and the Job it runs under, if any. Every object the job
+    creates is owned by the Job when there is one - it outlives any one manager pod, whose successor adopts
+    the running job - else by the manager pod itself."""
 
     name: str
     uid: str
     namespace: str | None = None
     pod_ips: tuple[str, ...] = ()
+    job_name: str | None = None
+    job_uid: str | None = None
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> ManagerIdentity | None:
@@ -79,8 +87,15 @@ class ManagerIdentity:
         if not name or not uid:
             return None
         ips = tuple(ip.strip() for ip in env.get(ENV_MANAGER_POD_IPS, "").split(",") if ip.strip())
+        job_name, job_uid = env.get(ENV_MANAGER_JOB_NAME, ""), env.get(ENV_MANAGER_JOB_UID, "")
         return ManagerIdentity(name=name, uid=uid, namespace=env.get(ENV_MANAGER_NAMESPACE) or None,
-                               pod_ips=ips)
+                               pod_ips=ips, job_name=job_name or None,
+                               job_uid=job_uid if job_name and job_uid else None)
+
+    @property
+    def durable(self) -> bool:
+        """The job's objects outlive this manager pod: a Job owns them, and its next pod adopts them."""
+        return self.job_uid is not None
 
 
 def _selector_pairs(value: Any) -> tuple[tuple[str, str], ...]:
@@ -156,6 +171,15 @@ class JobSpec:
     active_deadline: float | None = field(default=None, metadata=describe(
         parse_positive_duration, "DURATION", help="Stop the whole job after this long (exit 74).",
         doc="Wall-clock limit of the whole job, from the manager's start; None: no limit."))
+    api_outage_tolerance: float = field(default=1800.0, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="How long the API server may not answer while the job runs before the manager gives up "
+             "(exit 77, the pods left to their owner).",
+        doc="While the job runs, failed API calls (refused or cut connections, timeouts, 429 and 5xx) are "
+            "retried for this long, honouring Retry-After: a control-plane upgrade or outage does not end "
+            "the training. Past it the manager exits 77 and leaves the job's pods to their owner, the "
+            "manager's Job, whose next manager pod adopts them. Creating the job keeps its short, bounded "
+            "retries."))
     wait_for_gpus: float = field(default=0.0, metadata=describe(
         parse_duration, "DURATION",
         help="When the GPUs are not free, wait this long for room (creating nothing).",
