@@ -23,6 +23,7 @@ EXIT_DEADLINE = 74
 EXIT_CHIEF_LOST = 75
 EXIT_PREFLIGHT = 76
 EXIT_API_UNREACHABLE = 77
+EXIT_START_FAILED = 78
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -32,16 +33,20 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (f"{EXIT_UNPLACEABLE}", "the request cannot be placed on the free GPUs; nothing was created"),
     (f"{EXIT_WORKER_FAILED}", "a worker failed or disappeared"),
     (f"{EXIT_SCHEDULE_TIMEOUT}",
-     "the workers did not become Ready within the schedule timeout, after the retries"),
+     "the job's pods were not bound within the schedule timeout, or not started within the start timeout, "
+     "after the retries"),
     (f"{EXIT_API}", "the Kubernetes API refused (Forbidden) or failed"),
     (f"{EXIT_SSH}", "a worker's sshd never accepted the job key"),
     (f"{EXIT_DEADLINE}", "the active deadline passed"),
     (f"{EXIT_CHIEF_LOST}", "the chief pod was lost"),
     (f"{EXIT_PREFLIGHT}", "the pre-flight all-reduce check failed: a pod unreachable, hung, or below "
                           "--min-busbw; the training was not started"),
-    (f"{EXIT_API_UNREACHABLE}", "the API server did not answer for longer than --api-outage-tolerance while "
-                                "the job ran; its pods were left to their owner (the manager's Job: a new "
-                                "manager pod adopts them)"),
+    (f"{EXIT_API_UNREACHABLE}",
+     "the API server did not answer for longer than --api-outage-tolerance while the job ran; its pods were "
+     "left to their owner (the manager's Job: a new manager pod adopts them)"),
+    (f"{EXIT_START_FAILED}",
+     "a job pod cannot start: its image cannot be pulled (ErrImagePull, InvalidImageName) or its container "
+     "cannot be configured (CreateContainerConfigError); nothing was kept"),
     (f"{EXIT_SIGINT} / {EXIT_SIGTERM}",
      "interrupted by SIGINT / SIGTERM, after deleting everything the job created; a manager pod of a Job "
      "leaves a running job to the Job's next pod"),
@@ -115,6 +120,12 @@ class ApiUnreachable(ApiError):
     then: the job's objects are left to their owner."""
 
     exit_code = EXIT_API_UNREACHABLE
+
+
+class StartFailed(DistributeTrainError):
+    """A job pod can never start as asked (a bad image, a missing Secret key): no re-plan helps."""
+
+    exit_code = EXIT_START_FAILED
 
 
 class Gone(ApiError):

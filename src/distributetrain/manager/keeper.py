@@ -35,6 +35,7 @@ from distributetrain.manager.recovery import (
     node_is_ready,
     resumed_epoch,
 )
+from distributetrain.manager.startup import StartWatch
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, inventory, planner
@@ -68,11 +69,11 @@ def keeper_for(kube: Kube, pods: Snapshot, chief_name: str, *, request: Callable
 
 @dataclass(frozen=True)
 class Pending:
-    """A replacement worker created and not yet Ready."""
+    """A replacement worker created and not yet Ready, and the wait for it on startup.py's two clocks."""
 
     node: str
     gpus: int
-    created_at: float
+    watch: StartWatch
 
 
 class Keeper:
@@ -93,6 +94,7 @@ class Keeper:
         self.pending: dict[str, Pending] = {}
         self.names: set[str] = set()  # every worker the job ever had: a name is never reused
         self._seen: set[str] = set()  # replacements seen in a snapshot at least once
+        self._last: Snapshot = {}  # the latest snapshot, for the time-driven checks
         for name, pod in sorted(pods.items()):
             if podstatus.role(pod) != naming.ROLE_WORKER:
                 continue
@@ -136,6 +138,7 @@ class Keeper:
     def observe(self, snapshot: Snapshot) -> None:
         """One snapshot of the job's pods: lost members out of the hostfile, Ready replacements in."""
         now = self._clock()
+        self._last = snapshot
         lost = {}
         for name, member in list(self.members.items()):
             pod = snapshot.get(name)
@@ -154,10 +157,10 @@ class Keeper:
             if pod is None and name not in self._seen:
                 continue  # created since this snapshot was taken: its ADDED event is on its way
             self._seen.add(name)
-            if pod is None or podstatus.is_terminated(pod) or podstatus.is_deleting(pod):
-                why = podstatus.describe(pod) if pod else f"pod {name} disappeared"
-                self._drop_pending(name, f"did not start: {why}")
-            elif podstatus.is_ready(pod) and podstatus.pod_ipv4(pod):
+            outcome = wanted.watch.observe({name: pod} if pod is not None else {}, now)
+            if outcome is not None and outcome.failure is not None:
+                self._drop_pending(name, f"did not start: {outcome.failure}")
+            elif pod is not None and podstatus.is_ready(pod) and podstatus.pod_ipv4(pod):
                 del self.pending[name]
                 member = Member(name, podstatus.node(pod) or wanted.node, str(podstatus.pod_ipv4(pod)),
                                 wanted.gpus)
@@ -175,9 +178,12 @@ class Keeper:
         """The time-driven part: replacements that never got Ready, the wait for room, looking for GPUs."""
         now = self._clock()
         for name, wanted in list(self.pending.items()):
-            if now - wanted.created_at > self.spec.schedule_timeout:
-                self._drop_pending(name, f"was not Ready within the schedule timeout "
-                                         f"({self.spec.schedule_timeout:g}s)")
+            pod = self._last.get(name)
+            if pod is None:
+                continue  # not seen yet (its ADDED event is on its way), or gone: observe() drops it
+            outcome = wanted.watch.observe({name: pod}, now)
+            if outcome is not None and outcome.failure is not None:
+                self._drop_pending(name, f"did not start: {outcome.failure}")
         self._update_shortfall(now)
         if self.next_look is not None and now >= self.next_look:
             self.look()
@@ -185,7 +191,7 @@ class Keeper:
     def wake_at(self) -> float | None:
         """When tick() has something to do (monotonic), None: only pod events matter now."""
         times = [t for t in (self.next_look, self._deadline()) if t is not None]
-        times += [p.created_at + self.spec.schedule_timeout for p in self.pending.values()]
+        times += [p.watch.wake_at() for p in self.pending.values()]
         return min(times) if times else None
 
     def tee(self, sink: Callable[[bytes], None]) -> Callable[[bytes], None]:
@@ -369,7 +375,10 @@ class Keeper:
                 placing.create_owned(self.kube, body, run_id=self.run_id, job=self.spec.job_name)
             except placing.NameTaken:
                 continue  # a namesake from an earlier run of the job: take the next number
-            self.pending[name] = Pending(entry.node, entry.gpus, self._clock())
+            watch = StartWatch((name,), podstatus.is_ready, created=self._clock(),
+                               schedule_timeout=self.spec.schedule_timeout,
+                               start_timeout=self.spec.start_timeout)
+            self.pending[name] = Pending(entry.node, entry.gpus, watch)
             self.reporter.say(f"worker {name} created on {entry.node} with {joblog.gpus_text(entry.gpus)}")
             return
         raise WorkerFailed(f"job {self.spec.job_name}: could not name a replacement worker (5 names taken)")

@@ -25,11 +25,13 @@ from distributetrain.errors import (
     DeadlineExceeded,
     InvalidInput,
     ScheduleTimeout,
+    StartFailed,
 )
 from distributetrain.hostfile import HostSlots
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager import cleanup, manifests, placing, sshkeys
+from distributetrain.manager.startup import Outcome, StartWatch
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, planner
@@ -146,9 +148,9 @@ class PreTraining:
             self._delete_gang(created)
             if attempt >= spec.retries:
                 raise ScheduleTimeout(
-                    f"job {spec.job_name}: the workers and the chief did not all start within "
-                    f"{spec.schedule_timeout:g}s, {attempt + 1} time(s): {failure}. Check the reason above, "
-                    "then raise --schedule-timeout or --retries, or ask for fewer GPUs")
+                    f"job {spec.job_name}: the workers and the chief did not all start, {attempt + 1} "
+                    f"time(s): {failure}. Check the reason above, then raise --schedule-timeout (binding), "
+                    "--start-timeout (image pull and start) or --retries, or ask for fewer GPUs")
             # jittered: two managers that collided on the same GPUs must not retry in lockstep
             pause = self._bounded(spec.backoff * 2 ** attempt * (0.5 + random.random()))
             self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
@@ -215,27 +217,38 @@ class PreTraining:
 
     def _wait_for_pods(self, names: list[str], role: str, ok: Callable[[podstatus.Pod], bool]
                        ) -> tuple[str | None, dict[str, dict[str, Any]]]:
-        """(None, pods) once every named pod is `ok`; (why not, pods) when one ends, vanishes, or the
-        schedule timeout passes first."""
+        """(None, pods) once every named pod is `ok`; (why not, pods) when one ends or vanishes, is not bound
+        within the schedule timeout, or not started within the start timeout once bound (startup.py). A pod
+        that can never start (a bad image) raises StartFailed: no re-plan would help."""
         if not names:
             return None, {}
-        until = self._bounded_deadline(self.clock() + self.spec.schedule_timeout)
+        watch = StartWatch(names, ok, created=self.clock(), schedule_timeout=self.spec.schedule_timeout,
+                           start_timeout=self.spec.start_timeout, deadline=self.deadline)
         selector = f"{naming.job_selector(self.spec.job_name)},{naming.ROLE_LABEL}={role}"
         watched = Watched(self.kube, "pods", self.spec.namespace, selector)
-        pods: Mapping[str, dict[str, Any]] = {}
-        for pods in watched.changes(deadline=until):
-            missing = [n for n in names if n not in pods]
-            if missing:
-                return f"pod(s) {', '.join(missing)} disappeared", dict(pods)
-            if all(ok(pods[n]) for n in names):
-                return None, dict(pods)
-            ended = [pods[n] for n in names if not ok(pods[n]) and (
-                podstatus.is_terminated(pods[n]) or podstatus.is_deleting(pods[n]))]
-            if ended:
-                return "; ".join(podstatus.describe(p) for p in ended), dict(pods)
-        self._check_deadline(f"waiting for the {role} pods")
-        late = [podstatus.describe(pods[n]) for n in names if n in pods and not ok(pods[n])]
-        return "; ".join(late) or "timed out", dict(pods)
+        while True:
+            outcome = None
+            for pods in watched.changes(deadline=watch.wake_at()):
+                outcome = self._look(watch, pods)
+                if outcome is not None:
+                    break
+            else:
+                self._check_deadline(f"waiting for the {role} pods")
+                outcome = self._look(watch, watched.snapshot())
+            if outcome is None:
+                continue
+            if outcome.final:
+                raise StartFailed(f"job {self.spec.job_name}: {outcome.failure}; fix the image or the pod "
+                                  "template and run the job again; the job's objects are deleted")
+            return outcome.failure, dict(watched.objects)
+
+    def _look(self, watch: StartWatch, pods: Mapping[str, dict[str, Any]]) -> Outcome | None:
+        now = self.clock()
+        outcome = watch.observe(pods, now)
+        line = watch.progress(pods, now) if outcome is None else None
+        if line:
+            self.reporter.say(line)
+        return outcome
 
     # ---- objects ----------------------------------------------------------------------------------------
     def _create(self, body: dict[str, Any]) -> dict[str, Any]:

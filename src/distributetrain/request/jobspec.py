@@ -156,9 +156,18 @@ class JobSpec:
         doc="The port the workers' sshd listens on and the chief connects to."))
     schedule_timeout: float = field(default=300.0, metadata=describe(
         parse_positive_duration, "DURATION",
-        help="How long the workers may take to be Ready before a re-plan (300, 90s, 5m).",
-        doc="How long the gang of workers may take to be Running and Ready before it is deleted and "
-            "re-planned."))
+        help="How long the job's pods may take to be bound to their nodes before a re-plan (300, 90s, 5m).",
+        doc="How long the gang's pods may take to be bound to their nodes by the scheduler before the gang "
+            "is deleted and re-planned (their GPUs were taken since the plan, say). Pulling the image and "
+            "starting the containers is start_timeout's."))
+    start_timeout: float = field(default=1200.0, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="How long a bound pod may take to pull its image and start (workers: Ready), then a re-plan.",
+        doc="How long each pod may take, once bound to its node, to pull its image and start (a worker: "
+            "Running and Ready; the chief: running), before the gang is deleted and re-planned. The first "
+            "pull of a 6-8 GB training image onto a fresh node takes minutes. An image that cannot be "
+            "pulled at all (ErrImagePull for 30s, InvalidImageName) or a container that cannot be "
+            "configured (CreateContainerConfigError) ends the job at once (exit 78): no re-plan would help."))
     retries: int = field(default=3, metadata=describe(
         parse_int_range(0, 100), "N", help="Re-plans after a schedule timeout.",
         doc="How many times a gang that missed the schedule timeout is re-planned and re-created."))
