@@ -18,6 +18,7 @@ ROLE_MANAGER = "manager"
 ROLE_SSH = "ssh"
 ROLE_HOSTFILE = "hostfile"
 ROLE_NETWORK = "network"
+ROLE_DISRUPTION = "disruption"
 # which planned GPU share a pod carries, for re-reading a job's plan from its pods
 GPUS_ANNOTATION = "distributetrain.io/gpus"
 # on the chief of a job that survives a lost worker: how (RECOVERY_ELASTIC or RECOVERY_RESTART)
@@ -61,6 +62,12 @@ MANAGED_VOLUMES = (SSH_VOLUME, HOSTFILE_VOLUME, WORK_VOLUME, SHM_VOLUME, CHECKPO
 # What job pods carry unless their pod template says otherwise: no service-mesh sidecar (an injected proxy
 # keeps the chief Running after training, and strict mTLS blocks the raw TCP of sshd and Gloo).
 DEFAULT_POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+# A running gang is not to be moved by an autoscaler: cluster-autoscaler leaves a node alone while a pod on it
+# says it is not safe to evict (cluster-autoscaler/FAQ.md, "What types of pods can prevent CA from removing a
+# node?"); Karpenter v1 does not voluntarily disrupt a node with a pod annotated do-not-disrupt
+# (karpenter.sh/docs/concepts/disruption, "Pod-Level Controls").
+DO_NOT_DISRUPT_ANNOTATIONS = {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                              "karpenter.sh/do-not-disrupt": "true"}
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -114,9 +121,18 @@ def network_policy_name(job: str) -> str:
     return f"{job}-network"
 
 
+def disruption_budget_name(job: str) -> str:
+    return f"{job}-disruption"
+
+
 def job_labels(job: str, role: str) -> dict[str, str]:
     """The labels every object of a job carries; cleanup selects on the first two only."""
     return {MANAGED_BY_KEY: MANAGED_BY, JOB_LABEL: job, ROLE_LABEL: role}
+
+
+def job_pods_selector(job: str) -> dict[str, str]:
+    """matchLabels of every pod of the job (and of nothing else of it: pods are the only objects selected)."""
+    return {MANAGED_BY_KEY: MANAGED_BY, JOB_LABEL: job}
 
 
 def job_selector(job: str) -> str:

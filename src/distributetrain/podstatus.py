@@ -105,9 +105,32 @@ def exit_code(pod: Pod, container: str | None = None) -> int | None:
     return None
 
 
+# what a DisruptionTarget condition's reason means (k8s.io/api core/v1 types.go, PodReason*; Kubernetes 1.26+)
+DISRUPTIONS = {"EvictionByEvictionAPI": "evicted (a drain, or the eviction API)",
+               "PreemptionByScheduler": "preempted by a higher-priority pod",
+               "TerminationByKubelet": "terminated by its node (node shutdown, or out of a resource)",
+               "DeletionByTaintManager": "deleted by the taint manager (its node is unreachable or tainted)",
+               "DeletionByPodGC": "deleted by the pod garbage collector (its node is gone)"}
+
+
+def disruption(pod: Pod) -> str | None:
+    """Why the pod is being disrupted, from its DisruptionTarget condition, in plain words and the
+    condition's own ("evicted (a drain, or the eviction API): EvictionByEvictionAPI: ..."); None without
+    one."""
+    condition = _condition(pod, "DisruptionTarget")
+    if condition is None or condition.get("status") != "True":
+        return None
+    reason = str(condition.get("reason") or "")
+    parts = [DISRUPTIONS.get(reason, "disrupted"), reason, str(condition.get("message") or "")]
+    return ": ".join(p for p in parts if p)
+
+
 def why(pod: Pod) -> str:
     """Why the pod is not (or no longer) Running and Ready, in its own status's words."""
     status = pod.get("status") or {}
+    disrupted = disruption(pod)
+    if disrupted:
+        return disrupted
     if status.get("reason") or status.get("message"):
         # pod-level: Evicted, NodeLost, DeadlineExceeded, UnexpectedAdmissionError...
         return ": ".join(str(p) for p in (status.get("reason"), status.get("message")) if p)

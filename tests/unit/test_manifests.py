@@ -4,6 +4,7 @@ pod template merged under and over the manager's parts; every job pod within Pod
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Callable
 from fractions import Fraction
@@ -54,7 +55,9 @@ SSH_VOLUME = {"name": "ssh", "secret": {"secretName": "train-ssh", "defaultMode"
 SHM_VOLUME = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
 BASE_ENV = [{"name": "DT_JOB_NAME", "value": "train"}, {"name": "DT_SSH_PORT", "value": "2222"},
             {"name": "DT_SSH_DIR", "value": "/etc/distributetrain/ssh"}]
-ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled",
+               "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+               "karpenter.sh/do-not-disrupt": "true"}
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SPEC_COMMON: dict[str, Any] = {
     "restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
@@ -254,7 +257,9 @@ def test_the_template_is_laid_under_and_the_managers_parts_over(tmp_path: Path) 
     # labels: the user's kept, ours win; annotations: the template overrides our defaults, ours (gpus) win
     assert meta["labels"] == {"team": "ml", **labels("worker")}
     assert meta["annotations"] == {"sidecar.istio.io/inject": "true", "karpenter.sh/do-not-disrupt": "true",
-                                   "linkerd.io/inject": "disabled", "distributetrain.io/gpus": "4"}
+                                   "linkerd.io/inject": "disabled",
+                                   "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                                   "distributetrain.io/gpus": "4"}
     assert meta["ownerReferences"] == OWNER_REFS
     # the template's fields pass through; lists are joined
     assert (pod_spec["priorityClassName"], pod_spec["runtimeClassName"]) == ("ml-training", "nvidia")
@@ -361,3 +366,20 @@ def test_dry_run_placeholders_hold_no_key() -> None:
     assert hostfile["data"] == {"hostfile": "<pod IP of train-worker-0> slots=5\n"}
     for obj in (secret, hostfile):
         kubernetes_validate.validate(obj, "1.37.0", strict=True)
+
+
+def test_the_gang_resists_voluntary_disruption_unless_asked_not_to() -> None:
+    spec = make_spec()
+    budget = manifests.disruption_budget(spec, owner=OWNER)
+    assert budget == {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-disruption", "namespace": "default", "labels": labels("disruption"),
+                     "ownerReferences": OWNER_REFS},
+        "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                 "selector": {"matchLabels": {"app.kubernetes.io/managed-by": "distributetrain",
+                                              "distributetrain.io/job": "train"}}}}
+    bare = dataclasses.replace(spec, disruption_budget=False, priority_class="ml-high")
+    pod = manifests.worker_pod(bare, index=0, entry=Entry("node-1", 1), owner=None)
+    assert "karpenter.sh/do-not-disrupt" not in pod["metadata"]["annotations"]
+    assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in pod["metadata"]["annotations"]
+    assert pod["spec"]["priorityClassName"] == "ml-high"

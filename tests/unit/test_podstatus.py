@@ -74,3 +74,18 @@ def test_planned_node_by_name_field() -> None:
         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                 "values": ["node-7"]}]}]}}}}}
     assert podstatus.planned_node(pod) == "node-7"
+
+
+def test_a_disrupted_pod_says_who_disrupted_it() -> None:
+    pod = {"metadata": {"name": "w1", "deletionTimestamp": "2026-11-26T08:00:00Z"},
+           "spec": {"nodeName": "node-2"},
+           "status": {"phase": "Running", "conditions": [
+               {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting"}]}}
+    assert podstatus.describe(pod) == ("pod w1 on node node-2: evicted (a drain, or the eviction API): "
+                                       "EvictionByEvictionAPI: Eviction API: evicting")
+    shutdown = {**pod, "status": {"phase": "Failed", "reason": "Terminated",
+                                  "message": "Pod was terminated in response to imminent node shutdown.",
+                                  "conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                  "reason": "TerminationByKubelet"}]}}
+    assert podstatus.why(shutdown).startswith("terminated by its node (node shutdown")

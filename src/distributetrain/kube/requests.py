@@ -33,13 +33,16 @@ RESOURCES: dict[str, Resource] = {
     "secrets": Resource("/api/v1", "secrets"),
     "configmaps": Resource("/api/v1", "configmaps"),
     "networkpolicies": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
+    "poddisruptionbudgets": Resource("/apis/policy/v1", "poddisruptionbudgets"),
+    "jobs": Resource("/apis/batch/v1", "jobs"),
     "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
     "events": Resource("/api/v1", "events"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
-                    "NetworkPolicy": "networkpolicies", "Event": "events"}
+                    "NetworkPolicy": "networkpolicies", "PodDisruptionBudget": "poddisruptionbudgets",
+                    "Event": "events"}
 MERGE_PATCH = "application/merge-patch+json"
 
 

@@ -28,7 +28,7 @@ from distributetrain.observe.joblog import Reporter
 log = logging.getLogger(__name__)
 
 # What a job may own, in the order cleanup deletes them: pods first, so GPUs are released soonest.
-JOB_KINDS = ("pods", "networkpolicies", "configmaps", "secrets")
+JOB_KINDS = ("pods", "poddisruptionbudgets", "networkpolicies", "configmaps", "secrets")
 CLEANUP_WAIT = 90.0
 
 

@@ -68,6 +68,17 @@ def metadata(spec: JobSpec, name: str, role: str, owner: ManagerIdentity | None,
     return meta
 
 
+def disruption_budget(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
+    """No voluntary eviction of any of the job's pods (maxUnavailable 0): a `kubectl drain` of their node
+    waits, and the eviction API answers 429, while the job runs. Pods that are not Ready are evictable
+    (unhealthyPodEvictionPolicy AlwaysAllow), so a gang that never started does not block a drain."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": metadata(spec, naming.disruption_budget_name(spec.job_name), naming.ROLE_DISRUPTION,
+                                 owner),
+            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                     "selector": {"matchLabels": naming.job_pods_selector(spec.job_name)}}}
+
+
 def ssh_secret(spec: JobSpec, keys: KeyPair, *, owner: ManagerIdentity | None) -> dict[str, Any]:
     """The job's key pair and authorized_keys. Type Opaque, not kubernetes.io/ssh-auth: that type insists on a
     key named `ssh-privatekey`, which would need an items remap on every mount to become the file name ssh
@@ -139,7 +150,7 @@ def network_policy(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str,
     """Admit traffic to the job's pods only from the job's pods (as Volcano's svc plugin does), and let them
     reach each other, DNS and the --allow-egress CIDRs, so a namespace's default-deny egress policy does not
     cut the job. Every port between job pods: besides ssh, Horovod's Gloo and MPI pick theirs at run time."""
-    job_pods = {"matchLabels": {naming.MANAGED_BY_KEY: naming.MANAGED_BY, naming.JOB_LABEL: spec.job_name}}
+    job_pods = {"matchLabels": naming.job_pods_selector(spec.job_name)}
     dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": DNS_NAMESPACE}},
            "podSelector": {"matchLabels": dict(DNS_POD_LABELS)}}
     egress: list[dict[str, Any]] = [
@@ -234,7 +245,12 @@ def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
     }
     if not spec.service_account:
         pod_spec["automountServiceAccountToken"] = False  # job pods never talk to the API
-    return {"metadata": {"annotations": dict(naming.DEFAULT_POD_ANNOTATIONS)}, "spec": pod_spec}
+    if spec.priority_class:
+        pod_spec["priorityClassName"] = spec.priority_class
+    annotations = dict(naming.DEFAULT_POD_ANNOTATIONS)
+    if spec.disruption_budget:
+        annotations.update(naming.DO_NOT_DISRUPT_ANNOTATIONS)
+    return {"metadata": {"annotations": annotations}, "spec": pod_spec}
 
 
 def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str, Any],

@@ -94,6 +94,10 @@ class PreTraining:
             beyond = " and " + ", ".join(spec.allow_egress) if spec.allow_egress else ""
             made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
                      f"{beyond})")
+        if spec.disruption_budget:
+            budget = self._create(manifests.disruption_budget(spec, owner=self.owner))["metadata"]["name"]
+            made += (f"; PodDisruptionBudget {budget} (no voluntary eviction of the job's pods: a drain of "
+                     "their nodes waits until the job ends)")
         self.reporter.say(f"created {made}")
         timings: dict[str, float] = {}
         attempt = 0

@@ -207,6 +207,19 @@ class JobSpec:
         doc="The interface Horovod uses between pods (e.g. eth0); None: Horovod picks."))
     transport: str = field(default=naming.TRANSPORTS[0], metadata=describe(
         choices=naming.TRANSPORTS, help="Horovod controller.", doc="Horovod's controller: gloo or mpi."))
+    disruption_budget: bool = field(default=True, metadata=describe(
+        parse_bool, help="Keep drains and autoscalers from evicting the running job's pods.",
+        doc="A PodDisruptionBudget that allows no voluntary eviction of the job's pods (a `kubectl drain` "
+            "waits, an eviction is refused with 429) and the annotations that keep cluster-autoscaler "
+            "(safe-to-evict: false) and Karpenter (do-not-disrupt) from removing their nodes. Involuntary "
+            "losses - a node that dies, a spot reclaim, a preemption - are what --min-gpus and --restarts "
+            "survive."))
+    priority_class: str | None = field(default=None, metadata=describe(
+        parse_subdomain_name, "NAME",
+        help="The PriorityClass of the job's pods (a template's priorityClassName wins).",
+        doc="The PriorityClass of the job's pods: a class above the cluster's default keeps them from being "
+            "preempted by ordinary pods. The class must exist (kubectl get priorityclasses); the pod "
+            "template's priorityClassName, if it sets one, wins."))
     network_policy: bool = field(default=True, metadata=describe(
         parse_bool, help="Admit traffic to job pods only from job pods.",
         doc="Create a NetworkPolicy that admits traffic to job pods only from job pods."))
