@@ -285,12 +285,17 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             log.info("starting: %s", shlex.join(argv))
             return _report(*_stream(argv, child_env), hosts, num_proc)
 
-        if not recovery.restarts:
+        if elastic is not None:  # a loss before Horovod's first ring forms is relaunched (relaunch.py)
+            relaunches, wait = relaunch.ELASTIC_RELAUNCHES, recovery.elastic_timeout
+            minimum: int | None = elastic.min_processes
+        else:
+            relaunches, wait, minimum = recovery.restarts, recovery.restart_wait, None
+        if not relaunches:
             return launch(hosts)
         relauncher = relaunch.Relauncher(
             hostfile_path=settings.hostfile, ssh_port=settings.ssh_port, identity_file=settings.identity_file,
             user=user, chief=HostSlots(settings.pod_ip, settings.slots), processes=num_proc,
-            restarts=recovery.restarts, wait=recovery.restart_wait)
+            restarts=relaunches, wait=wait, minimum=minimum)
         return relauncher.run(launch, child_env, launched=launched, workers=workers)
 
 

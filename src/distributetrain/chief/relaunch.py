@@ -1,6 +1,12 @@
 """Restart jobs, in the chief: after a failed training, tell a lost worker from the training's own failure,
 and wait for the manager's replacements before the launcher relaunches from the latest checkpoint.
 
+Elastic jobs too, for the one loss elastic Horovod cannot absorb: a worker lost before the first ring forms
+(during its rendezvous: Gloo's "Wait timeout after 30 sec", then "failure count == N -> stop running") ends
+horovodrun although the manager replaces the worker within seconds. Their launcher relaunches, at most
+ELASTIC_RELAUNCHES times, as soon as the hostfile holds at least the job's minimum, all answering ssh; Horovod
+then grows to full size by itself as replacements join.
+
 A worker was lost when the hostfile ConfigMap changed since the launch (the manager removed it) or when one
 of its workers no longer accepts ssh; otherwise every worker still answers, the failure is the training's
 own, and the launcher exits with its code as a job without --restarts would. After a loss the launcher waits
@@ -27,6 +33,7 @@ from distributetrain.request import fieldparsers
 log = logging.getLogger("distributetrain.chief.launcher")
 
 PROBE_TIMEOUT = 5.0  # one ssh attempt to a worker that should be there: a lost pod does not answer at all
+ELASTIC_RELAUNCHES = 3
 POLL = 1.0
 
 
@@ -88,11 +95,14 @@ class Relauncher:
     """What the launcher of a restart job does between two launches."""
 
     def __init__(self, *, hostfile_path: Path, ssh_port: int, identity_file: Path, user: str,
-                 chief: HostSlots, processes: int, restarts: int, wait: float,
+                 chief: HostSlots, processes: int, restarts: int, wait: float, minimum: int | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
                  ) -> None:
+        """`minimum`: the fewest processes a relaunch may start with (elastic: --min-np); default: every one
+        of `processes` (a restart job relaunches at full size)."""
         self.path, self.port, self.identity, self.user = hostfile_path, ssh_port, identity_file, user
         self.chief, self.processes, self.restarts, self.wait = chief, processes, restarts, wait
+        self.minimum = processes if minimum is None else minimum
         self._clock, self._sleep = clock, sleep
 
     def run(self, launch: Callable[[Sequence[HostSlots]], int], env: dict[str, str], *, launched: str,
@@ -118,8 +128,8 @@ class Relauncher:
                 return result
             launched, workers = replaced
             env[naming.ENV_RESUME] = "1"
-            log.info("relaunching the training from its latest checkpoint (relaunch %d of %d)", relaunches,
-                     self.restarts)
+            log.info("relaunching the training, from its latest checkpoint if it keeps one (relaunch %d of "
+                     "%d)", relaunches, self.restarts)
 
     def _hosts(self, workers: Sequence[HostSlots]) -> list[HostSlots]:
         return ([self.chief] if self.chief.slots else []) + list(workers)
@@ -150,14 +160,14 @@ class Relauncher:
         return None
 
     def replacements(self, launched: str) -> tuple[str, list[HostSlots]] | None:
-        """Wait (up to `wait` seconds) for a hostfile unlike the failed launch's, holding every process of
-        the job, whose workers all accept ssh; its text and workers, or None when none came in time."""
+        """Wait (up to `wait` seconds) for a hostfile unlike the failed launch's, holding at least `minimum`
+        processes, whose workers all accept ssh; its text and workers, or None when none came in time."""
         until = self._clock() + self.wait
         last = None
         while self._clock() < until:
             text, workers = read(self.path)
             total = self.chief.slots + hostfile.total_slots(workers)
-            if text != launched and total == self.processes:
+            if text != launched and total >= self.minimum:
                 if text != last:
                     log.info("hostfile updated: %s", ", ".join(f"{w.host} slots={w.slots}" for w in workers))
                     last = text
