@@ -17,7 +17,9 @@ Output contract (tests and `make demo` read these lines):
               (E epochs done of N, S steps done; every field optional; any script may print this line:
               docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
-  rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start)
+  rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start), and
+              `resumed_from_step=S` when the checkpoint was taken S steps into epoch E+1
+  rank 0, on a graceful notice: `checkpoint_on_notice epoch=E step=S` (see below)
   rank 0, with --elastic: `elastic size=S from_epoch=E` each time Horovod (re)forms with S processes
 
 Two forms of the same training. The default: `model.fit` once, over a fixed set of processes. The elastic form
@@ -26,6 +28,12 @@ runs the training in `hvd.elastic.run` with the model and the epoch as its state
 epoch; when a worker is lost, the other processes go back to the last commit and go on, and when one joins
 they re-form; each time, the data is re-sharded and the learning rate scaled to the new number of processes.
 Checkpoints (--checkpoint-dir, rank 0, every epoch) let a relaunched training go on with --resume.
+
+A graceful notice - the kubelet's SIGTERM to a worker pod that is drained, preempted or on a node shutting
+down, which the worker's entrypoint passes on to its training processes - stops the training within
+NOTICE_CHECK_EVERY steps on every rank, after rank 0 saved a checkpoint of that very step
+(`checkpoint-EEE-sSSSSSSS.keras`): a relaunch (--restarts) resumes there and loses no step. The elastic form
+lets Horovod drop the leaving worker instead (the manager takes it out of the hostfile at once).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import argparse
 import hashlib
 import os
 import re
+import signal
 import sys
 import time
 
@@ -44,6 +53,8 @@ import numpy as np
 import tensorflow as tf
 
 SEED = 1234
+NOTICE_CHECK_EVERY = 5  # steps between two looks for a graceful notice (one small allreduce each)
+EXIT_NOTICE = 143  # a training stopped by a graceful notice ends as one terminated by SIGTERM would
 
 
 def parse_args() -> argparse.Namespace:
@@ -134,33 +145,101 @@ def distributed_optimizer(lr: float, size: int) -> tf.keras.optimizers.Optimizer
     return hvd.DistributedOptimizer(optimizer)
 
 
-def latest_checkpoint(directory: str | None) -> tuple[str, int] | None:
-    """The newest `checkpoint-NNN.keras` in `directory` and its epoch, None when there is none."""
+def latest_checkpoint(directory: str | None) -> tuple[str, int, int] | None:
+    """The newest checkpoint in `directory`, its epochs done and steps done in the next epoch: an epoch's
+    `checkpoint-NNN.keras` (step 0), or one taken on a graceful notice, `checkpoint-NNN-sSSSSSSS.keras`.
+    None when there is none."""
     found = []
     for name in os.listdir(directory) if directory and os.path.isdir(directory) else ():
-        match = re.fullmatch(r"checkpoint-(\d+)\.keras", name)
+        match = re.fullmatch(r"checkpoint-(\d+)(?:-s(\d+))?\.keras", name)
         if match:
-            found.append((int(match[1]), os.path.join(directory, name)))
+            found.append((int(match[1]), int(match[2] or 0), os.path.join(directory, name)))
     if not found:
         return None
-    epoch, path = max(found)
-    return path, epoch
+    epoch, step, path = max(found)
+    return path, epoch, step
 
 
-def resume(model: tf.keras.Model, directory: str | None, rank: int) -> int:
-    """Rank 0 loads the newest checkpoint (weights and optimizer state); every rank learns its epoch."""
+def resume(model: tf.keras.Model, directory: str | None, rank: int) -> tuple[int, int]:
+    """Rank 0 loads the newest checkpoint (weights and optimizer state); every rank learns its epoch and
+    step."""
     # the optimizer's variables made now, on every rank alike: Keras loads no optimizer state into an
     # optimizer without them, and ranks whose training steps were traced differently would not match their
     # allreduces (they hang)
     model.optimizer.build(model.trainable_variables)
-    epoch = 0
+    epoch = step = 0
     if rank == 0:
         found = latest_checkpoint(directory)
         if found is not None:
             model.load_weights(found[0])
-            epoch = found[1]
+            epoch, step = found[1], found[2]
         print(f"resumed_from_epoch={epoch}", flush=True)
-    return int(hvd.broadcast(np.int64(epoch), root_rank=0, name="resumed_epoch"))
+        if step:
+            print(f"resumed_from_step={step}", flush=True)
+    where = hvd.broadcast(np.array([epoch, step], dtype=np.int64), root_rank=0, name="resumed_at")
+    return int(where[0]), int(where[1])
+
+
+class Notice:
+    """A graceful notice (SIGTERM) seen by this process; every rank learns of any rank's at the same step."""
+
+    received = False
+
+    @staticmethod
+    def listen() -> None:
+        signal.signal(signal.SIGTERM, Notice._note)
+
+    @staticmethod
+    def _note(signum: int, frame: object) -> None:
+        Notice.received = True
+
+
+class StoppedOnNotice(Exception):
+    """Raised out of `fit` on every rank at the same step: the epoch's end must not run (its checkpoint and
+    log lines would count an unfinished epoch as done)."""
+
+
+class StopOnNotice(tf.keras.callbacks.Callback):
+    """Every NOTICE_CHECK_EVERY steps, whether any rank got a graceful notice (one allreduce of a flag, on
+    every rank at the same step); if one did, rank 0 saves a checkpoint of this step and every rank stops."""
+
+    def __init__(self, rank: int, checkpoint_dir: str | None, *, resumed: tuple[int, int] = (0, 0)) -> None:
+        """`resumed`: the epoch and step a resumed training starts at (its first epoch's steps count on)."""
+        super().__init__()
+        self.rank, self.checkpoint_dir, self.resumed = rank, checkpoint_dir, resumed
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, float] | None = None) -> None:
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        if (batch + 1) % NOTICE_CHECK_EVERY:
+            return
+        noticed = hvd.allreduce(np.array([1.0 if Notice.received else 0.0], dtype=np.float32), op=hvd.Sum,
+                                name="dt_graceful_notice")
+        if float(noticed[0]) == 0.0:
+            return
+        step = batch + 1 + (self.resumed[1] if self.epoch == self.resumed[0] else 0)
+        if self.rank == 0:
+            if self.checkpoint_dir:
+                os.makedirs(self.checkpoint_dir, exist_ok=True)
+                name = f"checkpoint-{self.epoch:03d}-s{step:07d}.keras"
+                self.model.save(os.path.join(self.checkpoint_dir, name))
+            print(f"checkpoint_on_notice epoch={self.epoch} step={step}", flush=True)
+        raise StoppedOnNotice
+
+
+class HostUpdatesEvery(tf.keras.callbacks.Callback):
+    """Elastic: act on a host leaving within NOTICE_CHECK_EVERY steps rather than at the epoch's commit, so a
+    drained worker is dropped while the kubelet's grace period lasts."""
+
+    def __init__(self, state: hvd.elastic.KerasState) -> None:
+        super().__init__()
+        self.state = state
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        if (batch + 1) % NOTICE_CHECK_EVERY == 0:
+            self.state.check_host_updates()
 
 
 def weights_sha256(model: tf.keras.Model) -> str:
@@ -271,7 +350,8 @@ def train_elastic(model: tf.keras.Model, args: argparse.Namespace, x_train: np.n
             print(f"elastic size={size} from_epoch={state.epoch}", flush=True)
         state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
                         initial_epoch=state.epoch, validation_data=validation, verbose=0,
-                        callbacks=[*callbacks_of(rank, args), CommitEachEpoch(state)])
+                        callbacks=[*callbacks_of(rank, args), CommitEachEpoch(state),
+                                   HostUpdatesEvery(state)])
 
     train(state)
 
@@ -302,14 +382,25 @@ def main() -> int:
     model.compile(loss=LOSS, optimizer=distributed_optimizer(args.lr, size), metrics=METRICS,
                   jit_compile=False)  # as for the optimizer: no XLA, which needs cuda-nvcc on a GPU
 
+    Notice.listen()
     if args.elastic:
         train_elastic(model, args, x_train, y_train, (x_val, y_val))
     else:
-        initial_epoch = resume(model, args.checkpoint_dir, rank) if args.resume else 0
-        model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs, initial_epoch=initial_epoch,
-                  callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's weights everywhere
-                             *callbacks_of(rank, args)],
-                  validation_data=(x_val, y_val), verbose=0)
+        epoch, step = resume(model, args.checkpoint_dir, rank) if args.resume else (0, 0)
+        callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0),  # rank 0's weights everywhere
+                     *callbacks_of(rank, args),
+                     StopOnNotice(rank, args.checkpoint_dir, resumed=(epoch, step))]
+        try:
+            if step:  # resumed mid-epoch: the rest of that epoch's steps first (the same count, reshuffled)
+                model.fit(x_mine[step * args.batch_size:], y_mine[step * args.batch_size:],
+                          batch_size=args.batch_size, epochs=epoch + 1, initial_epoch=epoch,
+                          callbacks=callbacks, validation_data=(x_val, y_val), verbose=0)
+                epoch += 1
+            model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs, initial_epoch=epoch,
+                      callbacks=callbacks, validation_data=(x_val, y_val), verbose=0)
+        except StoppedOnNotice:
+            print(f"rank={rank} stopped on a graceful notice", flush=True)
+            return EXIT_NOTICE
 
     _, accuracy = model.evaluate(x_val, y_val, batch_size=256, verbose=0)
     rank, size = hvd.rank(), hvd.size()  # elastic: what they are at the end

@@ -80,7 +80,37 @@ worker() {
     )
     [ -z "${DT_SSHD_LISTEN_ADDRESS:-}" ] || args+=(-o "ListenAddress=$DT_SSHD_LISTEN_ADDRESS")
     log "sshd for user $user on port $port, key-only (authorized_keys: $ssh_dir/authorized_keys)"
-    exec "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}"
+    "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}" &
+    sshd_pid=$!
+    trap on_notice TERM
+    # `wait` returns early when the trap runs: wait again until sshd itself has ended
+    while kill -0 "$sshd_pid" 2>/dev/null; do wait "$sshd_pid" || true; done
+    wait "$sshd_pid"
+}
+
+# The kubelet's SIGTERM is a graceful notice (a drain, a preemption, a node shutting down, or the job's end):
+# this pod's training processes are told (Train.py saves a checkpoint of the step and every rank stops) and
+# sshd serves on until they have ended, within the pod's grace period. With none running, sshd stops at once.
+rank_pids() {  # Horovod's processes on this pod: their environment carries HOROVOD_RANK
+    local environ pid
+    for environ in /proc/[0-9]*/environ; do
+        pid=${environ#/proc/}
+        pid=${pid%/environ}
+        [ "$pid" != "$$" ] || continue
+        if tr '\0' '\n' < "$environ" 2>/dev/null | grep -q '^HOROVOD_RANK='; then echo "$pid"; fi
+    done
+}
+
+on_notice() {
+    local pids
+    pids=$(rank_pids)
+    if [ -n "$pids" ]; then
+        log "SIGTERM: telling this pod's training processes ($(echo "$pids" | wc -l)) to checkpoint and stop"
+        # shellcheck disable=SC2086 # one pid per word
+        kill -TERM $pids 2>/dev/null || true
+        while [ -n "$(rank_pids)" ]; do sleep 0.5; done
+    fi
+    kill -TERM "$sshd_pid" 2>/dev/null || true
 }
 
 launcher() {

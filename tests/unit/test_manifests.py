@@ -61,7 +61,7 @@ ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disable
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 POD_SPEC_COMMON: dict[str, Any] = {
     "restartPolicy": "Never", "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-    "enableServiceLinks": False, "terminationGracePeriodSeconds": 10,
+    "enableServiceLinks": False, "terminationGracePeriodSeconds": 60,
     "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
                         "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
     "automountServiceAccountToken": False}

@@ -30,7 +30,9 @@ from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 # and the entrypoint copies them to 0600 files it owns (ssh and sshd refuse group-readable keys).
 SSH_FILE_MODE = 0o440
 HOSTFILE_FILE_MODE = 0o444
-GRACE_SECONDS = 10
+# A graceful notice's time (a drain, a preemption): the worker's entrypoint tells its ranks, rank 0 saves a
+# checkpoint of the step (Train.py); a pod with no training running ends at once, whatever this says.
+GRACE_SECONDS = 60
 # what the chief's Horovod and launcher wait beyond the manager's --replace-timeout, so that the manager, who
 # knows why, is the one that gives up: a kubelet's ConfigMap refresh (up to about 90 s) and a worker's start
 RECOVERY_MARGIN = 180
