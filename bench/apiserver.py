@@ -42,7 +42,7 @@ from kubernetes import client, config, watch
 
 from bench.clienttypes import as_body, raw
 from distributetrain.kube.gateway import Kube, list_nodes_and_pods
-from localcluster import daemon
+from localcluster._internal.cluster import daemon
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -33,7 +33,7 @@ from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory, planner
 from distributetrain.request.jobspec import JobSpec
-from localcluster import daemon
+from localcluster._internal.cluster import daemon
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64

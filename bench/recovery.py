@@ -123,8 +123,8 @@ class Output:
 
 @contextmanager
 def cluster() -> Iterator[Any]:
-    from localcluster.cluster import LocalCluster
-    from localcluster.clusterspec import ClusterSpec
+    from localcluster._internal.cluster.assembly import LocalCluster
+    from localcluster._internal.cluster.spec import ClusterSpec
 
     spec = ClusterSpec(nodes=NODES, runtime="process", runtime_options={"volume_refresh": VOLUME_REFRESH})
     started = LocalCluster(spec).start()

@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 
 from apiclient import make_api_client
-from localcluster.testing import TestCluster, start_cluster
+from localcluster._internal.cluster.testcluster import TestCluster, start_cluster
 
 
 @pytest.fixture

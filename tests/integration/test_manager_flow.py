@@ -24,8 +24,8 @@ from distributetrain import naming, podstatus
 from distributetrain.errors import CannotPlace, InvalidInput, ScheduleTimeout, WorkerFailed
 from distributetrain.hostfile import parse
 from distributetrain.kube.gateway import Kube
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
+from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster._internal.runtime.sim import Behavior
 from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]

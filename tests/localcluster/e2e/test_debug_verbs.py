@@ -34,7 +34,7 @@ import paramiko
 import pytest
 
 from apiclient import make_api_client
-from localcluster.testing import TestCluster, kubectl_path, start_cluster, wait_until
+from localcluster._internal.cluster.testcluster import TestCluster, kubectl_path, start_cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

@@ -17,7 +17,7 @@ from kubernetes import client
 from test_process_runtime import leftovers, ours
 
 from apiclient import as_body, present
-from localcluster.testing import TestCluster
+from localcluster._internal.cluster.testcluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and nftables need root")]

@@ -19,9 +19,9 @@ from test_network_policy import kubectl, pod, running
 from test_process_runtime import leftovers, ours
 
 from apiclient import as_body
-from localcluster.errors import InvalidInput
-from localcluster.runtime.nodelink import parse_node_link
-from localcluster.testing import TestCluster, kubectl_path, start_cluster
+from localcluster._internal.cluster.testcluster import TestCluster, kubectl_path, start_cluster
+from localcluster._internal.errors import InvalidInput
+from localcluster._internal.runtime.nodelink import parse_node_link
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")]

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from localcluster.runtime.process import SANDBOX, ProcessRuntime
-from localcluster.runtime.runas import image_directories
+from localcluster._internal.runtime.process import SANDBOX, ProcessRuntime
+from localcluster._internal.runtime.runas import image_directories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
@@ -415,7 +415,7 @@ CMD ["default-arg"]
 
 @pytest.mark.asyncio
 async def test_image_maps_to_dockerfile_files_and_defaults(tmp_path: Path) -> None:
-    from localcluster.images import ImageMapping, ImageRegistry
+    from localcluster._internal.runtime.images import ImageMapping, ImageRegistry
 
     context = tmp_path / "context"
     (context / "app" / "conf").mkdir(parents=True)
@@ -560,7 +560,7 @@ import asyncio, copy, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 from test_process_runtime import StandInHost, container, phase, pod, read_logs
-from localcluster.runtime.process import ProcessRuntime
+from localcluster._internal.runtime.process import ProcessRuntime
 
 async def main():
     host = StandInHost(Path(sys.argv[1]))

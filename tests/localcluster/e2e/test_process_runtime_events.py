@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from apiclient import as_body, present
-from localcluster.testing import TestCluster, wait_until
+from localcluster._internal.cluster.testcluster import TestCluster, wait_until
 
 pytestmark = [
     pytest.mark.e2e,

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from test_process_runtime import StandInHost, cluster, phase, pod, read_logs, state
 
-from localcluster.runtime.process import ProcessRuntime
-from localcluster.runtime.runas import image_directories
+from localcluster._internal.runtime.process import ProcessRuntime
+from localcluster._internal.runtime.runas import image_directories
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="mount and PID namespaces need root")]

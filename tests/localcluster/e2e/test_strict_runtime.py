@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from apiclient import as_body, present
-from localcluster.testing import TestCluster
+from localcluster._internal.cluster.testcluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="cgroups, mounts and namespaces need root")]

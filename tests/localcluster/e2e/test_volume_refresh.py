@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from localcluster.testing import TestCluster, kubectl_path
+from localcluster._internal.cluster.testcluster import TestCluster, kubectl_path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

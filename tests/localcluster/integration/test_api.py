@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import api_status, as_body, present, raw, watch_events
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 TOLERATE_ALL = [{"operator": "Exists"}]
 

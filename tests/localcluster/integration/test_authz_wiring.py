@@ -14,8 +14,8 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import api_status, as_body, present
-from localcluster import scheduler
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
+from localcluster._internal.controllers import scheduler
 
 RBAC = "rbac.authorization.k8s.io"
 BOT = "system:serviceaccount:default:bot"

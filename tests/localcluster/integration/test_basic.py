@@ -11,8 +11,8 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import as_body, present, watch_events
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
+from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster._internal.runtime.sim import Behavior
 
 T = TypeVar("T")
 

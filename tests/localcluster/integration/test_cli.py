@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from localcluster.testing import kubectl_path
+from localcluster._internal.cluster.testcluster import kubectl_path
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

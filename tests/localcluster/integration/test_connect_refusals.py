@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from localcluster.testing import TestCluster, wait_until
+from localcluster._internal.cluster.testcluster import TestCluster, wait_until
 
 SIM = ("is not available in this local cluster: its simulated runtime (--runtime sim) runs no processes. "
        "Start it with `localcluster up --runtime process` for exec, attach, cp and port-forward")

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from apiclient import as_body, present
 from distributetrain.cli import main
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 CONTAINER = {"name": "main", "image": "busybox:1.36"}
 

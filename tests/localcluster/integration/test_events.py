@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from localcluster.testing import TestCluster, wait_until
+from localcluster._internal.cluster.testcluster import TestCluster, wait_until
 
 POD = """\
 apiVersion: v1

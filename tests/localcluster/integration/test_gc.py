@@ -9,7 +9,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import as_body, present
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 
 @pytest.fixture

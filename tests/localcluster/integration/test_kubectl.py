@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 POD = """\
 apiVersion: v1

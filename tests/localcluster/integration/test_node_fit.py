@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 
 from apiclient import as_body, present
-from localcluster.testing import TestCluster, wait_until
+from localcluster._internal.cluster.testcluster import TestCluster, wait_until
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 PREEMPT = "preemption: 0/4 nodes are available: "

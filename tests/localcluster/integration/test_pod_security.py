@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import api_status, as_body
-from localcluster.testing import TestCluster
+from localcluster._internal.cluster.testcluster import TestCluster
 
 LABEL = "pod-security.kubernetes.io/"
 

@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client import ApiException
 
 from apiclient import api_status, as_body, present, watch_events
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 PODS = "/api/v1/namespaces/default/pods"
 

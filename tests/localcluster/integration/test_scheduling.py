@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client
 
 from apiclient import as_body
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
 
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 

@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client
 
 from apiclient import as_body, present
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import wait_until
+from localcluster._internal.cluster.testcluster import wait_until
+from localcluster._internal.runtime.sim import Behavior
 
 
 def pod(name: str, restart: str, containers: int = 1) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import json
 import pytest
 from multidict import MultiDict
 
-from localcluster import channels as ch
-from localcluster import status as st
+from localcluster._internal.apimachinery import status as st
+from localcluster._internal.streams import channels as ch
 
 
 def query(**values: str | list[str]) -> MultiDict[str]:

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from localcluster.claims import claim_causes, missing_claim, scheduler_message
-from localcluster.runtime.attach import Attachments, multi_attach_allowed
-from localcluster.runtime.cgroups import _limits, cfs_quota_us, notice
-from localcluster.runtime.enforce import Enforcement
-from localcluster.runtime.netns import ClusterNetwork
-from localcluster.runtime.tmpfs import memory_volume_bytes, shm_bytes
+from localcluster._internal.admission.claims import claim_causes, missing_claim, scheduler_message
+from localcluster._internal.runtime.attach import Attachments, multi_attach_allowed
+from localcluster._internal.runtime.cgroups import _limits, cfs_quota_us, notice
+from localcluster._internal.runtime.enforce import Enforcement
+from localcluster._internal.runtime.netns import ClusterNetwork
+from localcluster._internal.runtime.tmpfs import memory_volume_bytes, shm_bytes
 
 
 def pvc(*modes: str, storage: Any = "1Gi", uid: str = "u-1") -> dict[str, Any]:

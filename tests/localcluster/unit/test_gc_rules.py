@@ -6,8 +6,14 @@ from typing import Any
 
 import pytest
 
-from localcluster import gc
-from localcluster.gc import Delete, GcActions, ObjectKey, RemoveFinalizer, SetOwnerReferences
+from localcluster._internal.controllers import gc
+from localcluster._internal.controllers.gc import (
+    Delete,
+    GcActions,
+    ObjectKey,
+    RemoveFinalizer,
+    SetOwnerReferences,
+)
 
 NOW = "2026-01-01T00:00:00Z"
 

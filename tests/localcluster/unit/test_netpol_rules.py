@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from localcluster.runtime.netpol import (
+from localcluster._internal.runtime.netpol import (
     Allow,
     Endpoint,
     Isolation,

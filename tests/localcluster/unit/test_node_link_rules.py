@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.clusterspec import ClusterSpec, runtime_options
-from localcluster.errors import InvalidInput
-from localcluster.runtime.netns import ClusterNetwork, node_bridge_name, uplink_names
-from localcluster.runtime.nodelink import NodeLink, parse_node_link, shaping_batch
+from localcluster._internal.cluster.spec import ClusterSpec, runtime_options
+from localcluster._internal.errors import InvalidInput
+from localcluster._internal.runtime.netns import ClusterNetwork, node_bridge_name, uplink_names
+from localcluster._internal.runtime.nodelink import NodeLink, parse_node_link, shaping_batch
 
 
 @pytest.mark.parametrize(("text", "rate", "delay", "shown"), [

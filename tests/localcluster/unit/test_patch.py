@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from localcluster.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from localcluster._internal.apimachinery.patch import (
+    PatchError,
+    json_patch,
+    merge_patch,
+    strategic_merge_patch,
+)
 
 
 def c(name: str, **fields: Any) -> dict[str, Any]:

@@ -7,8 +7,15 @@ from typing import Any
 
 import pytest
 
-from localcluster import podsecurity
-from localcluster.podsecurity import LATEST, LevelVersion, Policy, admit_pod, evaluate, policy_of
+from localcluster._internal.admission import podsecurity
+from localcluster._internal.admission.podsecurity import (
+    LATEST,
+    LevelVersion,
+    Policy,
+    admit_pod,
+    evaluate,
+    policy_of,
+)
 
 # a pod that passes restricted: every check below breaks one thing in a copy of it
 RESTRICTED_OK: dict[str, Any] = {

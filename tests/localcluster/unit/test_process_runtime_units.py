@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.errors import InvalidInput
-from localcluster.images import (
+from localcluster._internal.errors import InvalidInput
+from localcluster._internal.runtime import podstatus as ps
+from localcluster._internal.runtime.images import (
     ImageConfig,
     ImageMapping,
     ImageRegistry,
@@ -19,23 +20,22 @@ from localcluster.images import (
     image_path,
     parse_dockerfile,
 )
-from localcluster.runtime import podstatus as ps
-from localcluster.runtime.logs import LineReader, LineTimes, format_time, parse_time, render
-from localcluster.runtime.netns import (
+from localcluster._internal.runtime.logs import LineReader, LineTimes, format_time, parse_time, render
+from localcluster._internal.runtime.netns import (
     AddressPool,
     choose_second_octet,
     cidr_index,
     node_index,
 )
-from localcluster.runtime.podenv import (
+from localcluster._internal.runtime.podenv import (
     NotReadyYet,
     container_env,
     expand,
     hosts_file,
     pod_hostname,
 )
-from localcluster.runtime.probes import ProbeTiming, ProbeTracker
-from localcluster.runtime.volumes import set_ownership
+from localcluster._internal.runtime.probes import ProbeTiming, ProbeTracker
+from localcluster._internal.runtime.volumes import set_ownership
 
 REPO = Path(__file__).resolve().parents[3]
 

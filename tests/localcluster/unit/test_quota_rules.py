@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from localcluster import limitranges, quota
-from localcluster.qos import qos_class
-from localcluster.quantity import canonical, parse_quantity
+from localcluster._internal.admission import limitranges, quota
+from localcluster._internal.apimachinery.quantity import canonical, parse_quantity
+from localcluster._internal.podspec.qos import qos_class
 
 
 def container(

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from localcluster import auth, escalation, rbac
-from localcluster.rbac import Decision, RequestAttributes
+from localcluster._internal.auth import escalation, identity, rbac
+from localcluster._internal.auth.rbac import Decision, RequestAttributes
 
 G = "rbac.authorization.k8s.io"
 SA = "system:serviceaccount:team:trainer"
@@ -347,10 +347,11 @@ def test_forbidden_status_body() -> None:
 
 
 def test_service_account_identity() -> None:
-    assert auth.service_account_user("team", "trainer", uid="u1") == auth.UserInfo(SA, SA_GROUPS, "u1")
-    assert auth.split_service_account(SA) == ("team", "trainer")
-    assert auth.split_service_account("system:serviceaccount:team") is None
-    assert auth.split_service_account("alice") is None
+    user = identity.service_account_user("team", "trainer", uid="u1")
+    assert user == identity.UserInfo(SA, SA_GROUPS, "u1")
+    assert identity.split_service_account(SA) == ("team", "trainer")
+    assert identity.split_service_account("system:serviceaccount:team") is None
+    assert identity.split_service_account("alice") is None
 
 
 IMPERSONATOR_POLICY = rbac.Policy.build(
@@ -378,7 +379,7 @@ IMPERSONATOR_POLICY = rbac.Policy.build(
         binding("imp", "ClusterRole", "impersonator", [{"kind": "User", "name": "ci"}], namespace=None)
     ],
 )
-CI = auth.UserInfo("ci", ("system:authenticated",))
+CI = identity.UserInfo("ci", ("system:authenticated",))
 
 
 def headers(**values: list[str]) -> Any:
@@ -387,25 +388,25 @@ def headers(**values: list[str]) -> Any:
 
 
 IMPERSONATIONS = [
-    ("no headers: yourself", CI, headers(), auth.UserInfo("ci", ("system:authenticated",))),
+    ("no headers: yourself", CI, headers(), identity.UserInfo("ci", ("system:authenticated",))),
     (
         "user gets system:authenticated",
         CI,
         headers(Impersonate_User=["alice"]),
-        auth.UserInfo("alice", ("system:authenticated",)),
+        identity.UserInfo("alice", ("system:authenticated",)),
     ),
     (
         "user and allowed group",
         CI,
         headers(Impersonate_User=["alice"], Impersonate_Group=["ops"]),
-        auth.UserInfo("alice", ("ops", "system:authenticated")),
+        identity.UserInfo("alice", ("ops", "system:authenticated")),
     ),
-    ("service account gets its groups", CI, headers(Impersonate_User=[SA]), auth.UserInfo(SA, SA_GROUPS)),
+    ("service account gets its groups", CI, headers(Impersonate_User=[SA]), identity.UserInfo(SA, SA_GROUPS)),
     (
         "masters may impersonate anyone",
-        auth.admin_user(),
+        identity.admin_user(),
         headers(Impersonate_User=["x"], Impersonate_Group=["system:masters"]),
-        auth.UserInfo("x", ("system:masters", "system:authenticated")),
+        identity.UserInfo("x", ("system:masters", "system:authenticated")),
     ),
 ]
 
@@ -413,8 +414,8 @@ IMPERSONATIONS = [
 @pytest.mark.parametrize(
     ("actor", "header", "expected"), [c[1:] for c in IMPERSONATIONS], ids=[c[0] for c in IMPERSONATIONS]
 )
-def test_impersonate(actor: auth.UserInfo, header: Any, expected: auth.UserInfo) -> None:
-    assert auth.impersonate(actor, header, IMPERSONATOR_POLICY) == expected
+def test_impersonate(actor: identity.UserInfo, header: Any, expected: identity.UserInfo) -> None:
+    assert identity.impersonate(actor, header, IMPERSONATOR_POLICY) == expected
 
 
 REFUSALS = [
@@ -438,8 +439,8 @@ REFUSALS = [
 
 @pytest.mark.parametrize(("header", "code", "message"), REFUSALS)
 def test_impersonation_refused(header: Any, code: int, message: str) -> None:
-    with pytest.raises(auth.ImpersonationError) as caught:
-        auth.impersonate(CI, header, IMPERSONATOR_POLICY)
+    with pytest.raises(identity.ImpersonationError) as caught:
+        identity.impersonate(CI, header, IMPERSONATOR_POLICY)
     assert (caught.value.code, caught.value.status["message"]) == (code, message)
 
 
@@ -448,10 +449,10 @@ def test_impersonating_a_service_account_needs_namespace_permission() -> None:
         cluster_roles=rbac.BOOTSTRAP_CLUSTER_ROLES,
         role_bindings=[binding("e", "ClusterRole", "edit", [{"kind": "User", "name": "ed"}])],
     )
-    ed = auth.UserInfo("ed", ("system:authenticated",))
-    assert auth.impersonate(ed, headers(Impersonate_User=[SA]), policy).name == SA
-    with pytest.raises(auth.ImpersonationError) as caught:
-        auth.impersonate(ed, headers(Impersonate_User=["system:serviceaccount:other:x"]), policy)
+    ed = identity.UserInfo("ed", ("system:authenticated",))
+    assert identity.impersonate(ed, headers(Impersonate_User=[SA]), policy).name == SA
+    with pytest.raises(identity.ImpersonationError) as caught:
+        identity.impersonate(ed, headers(Impersonate_User=["system:serviceaccount:other:x"]), policy)
     assert caught.value.status["message"] == (
         'serviceaccounts "x" is forbidden: User "ed" cannot impersonate resource '
         '"serviceaccounts" in API group "" '
@@ -466,8 +467,8 @@ def test_self_subject_access_review() -> None:
         "metadata": {},
         "spec": {"resourceAttributes": {"namespace": "team", "verb": "create", "resource": "pods"}},
     }
-    user = auth.service_account_user("team", "trainer")
-    assert auth.self_subject_access_review(body, user, POLICY) == {
+    user = identity.service_account_user("team", "trainer")
+    assert identity.self_subject_access_review(body, user, POLICY) == {
         "kind": "SelfSubjectAccessReview",
         "apiVersion": "authorization.k8s.io/v1",
         "metadata": {"creationTimestamp": None},
@@ -479,7 +480,7 @@ def test_self_subject_access_review() -> None:
         },
     }
     body["spec"] = {"nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
-    assert auth.self_subject_access_review(body, user, POLICY)["status"] == {"allowed": False}
+    assert identity.self_subject_access_review(body, user, POLICY)["status"] == {"allowed": False}
 
 
 def test_subject_access_review_about_someone_else() -> None:
@@ -491,15 +492,15 @@ def test_subject_access_review_about_someone_else() -> None:
             "resourceAttributes": {"namespace": "team", "verb": "get", "resource": "secrets", "name": "ssh"},
         },
     }
-    assert auth.subject_access_review(body, POLICY)["status"] == {
+    assert identity.subject_access_review(body, POLICY)["status"] == {
         "allowed": True,
         "reason": 'RBAC: allowed by RoleBinding "secret/team" of Role "one-secret" to User "alice"',
     }
 
 
 def test_malformed_review_is_invalid() -> None:
-    with pytest.raises(auth.ReviewInvalid) as caught:
-        auth.subject_access_review({"spec": {}}, POLICY)
+    with pytest.raises(identity.ReviewInvalid) as caught:
+        identity.subject_access_review({"spec": {}}, POLICY)
     assert caught.value.status["message"] == (
         'SubjectAccessReview.authorization.k8s.io "" is invalid: [spec.resourceAttributes: '
         'Invalid value: "null": '
@@ -663,8 +664,8 @@ def test_self_subject_rules_review_lists_what_can_i_do() -> None:
         "apiVersion": "authorization.k8s.io/v1",
         "spec": {"namespace": "team"},
     }
-    user = auth.UserInfo("bob", ("system:authenticated",))
-    answer = auth.self_subject_rules_review(body, user, POLICY)
+    user = identity.UserInfo("bob", ("system:authenticated",))
+    answer = identity.self_subject_rules_review(body, user, POLICY)
     assert answer["status"]["resourceRules"] == [
         {
             "verbs": ["create"],

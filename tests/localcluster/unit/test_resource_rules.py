@@ -14,9 +14,14 @@ from hypothesis import strategies as st
 from distributetrain import quantity as product_quantity
 from distributetrain.errors import InvalidQuantity as ProductInvalidQuantity
 from distributetrain.placement import podrequests as product
-from localcluster.errors import InvalidInput, InvalidQuantity
-from localcluster.podresources import GPU_RESOURCE, container_requests, holds_resources, pod_requests
-from localcluster.quantity import format_quantity, parse_count, parse_quantity
+from localcluster._internal.apimachinery.quantity import format_quantity, parse_count, parse_quantity
+from localcluster._internal.errors import InvalidInput, InvalidQuantity
+from localcluster._internal.podspec.requests import (
+    GPU_RESOURCE,
+    container_requests,
+    holds_resources,
+    pod_requests,
+)
 
 GPU = GPU_RESOURCE
 

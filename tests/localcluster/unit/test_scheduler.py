@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from localcluster.scheduler import (
+from localcluster._internal.controllers.scheduler import (
     AdmitResult,
     ScheduleResult,
     admit,

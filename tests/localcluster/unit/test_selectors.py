@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from localcluster import selectors
-from localcluster.selectors import (
+from localcluster._internal.apimachinery import selectors
+from localcluster._internal.apimachinery.selectors import (
     FieldRequirement,
     FieldSelector,
     LabelSelector,

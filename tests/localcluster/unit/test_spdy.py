@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from localcluster import spdyframes as f
-from localcluster.spdy import SpdyConnection, SpdyStream
+from localcluster._internal.streams import spdyframes as f
+from localcluster._internal.streams.spdy import SpdyConnection, SpdyStream
 
 # The first bytes of the first header block kubectl 1.37 sent in a SPDY exec (captured): a zlib header with
 # FDICT set, then the Adler-32 of the dictionary it compresses with. zlib refuses any other dictionary.

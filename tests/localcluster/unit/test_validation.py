@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from localcluster import names, validation
-from localcluster.validation import Cause
+from localcluster._internal.admission import validation
+from localcluster._internal.admission.validation import Cause
+from localcluster._internal.apimachinery import names
 
 SUBDOMAIN = names.SUBDOMAIN_MSG
 REQ = "FieldValueRequired"

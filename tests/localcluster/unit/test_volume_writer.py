@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from localcluster.runtime.volumes import DATA_LINK, write_atomic
+from localcluster._internal.runtime.volumes import DATA_LINK, write_atomic
 
 
 def read(directory: Path) -> dict[str, str]:
