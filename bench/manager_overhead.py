@@ -33,7 +33,7 @@ from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory, planner
 from distributetrain.request.jobspec import JobSpec
-from localcluster._internal.cluster import daemon
+from localcluster import serve_command, start_daemon
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64
@@ -41,8 +41,8 @@ IMAGE = "distributetrain/base:0.1.0"
 
 
 def start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
-    command = daemon.serve_command(state, nodes=[GPUS_PER_NODE] * nodes)
-    server, _ = daemon.start(command, directory=state, log=state.parent / "server.log", timeout=180)
+    command = serve_command(state, nodes=[GPUS_PER_NODE] * nodes)
+    server, _ = start_daemon(command, directory=state, log=state.parent / "server.log", timeout=180)
     return server
 
 

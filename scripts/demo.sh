@@ -19,7 +19,7 @@ trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m (t=%ss)\n' "$*" "$(elapsed)"; }
 
 step "starting a local cluster: nodes of 5, 3 and 2 GPUs"
-localcluster up --nodes 5,3,2 --runtime process --dir "$DIR"
+localcluster up --nodes 5,3,2 --runtime process --dir "$DIR" --images scripts/local-cluster-images.yaml
 "${KUBECTL[@]}" get nodes -o wide
 
 step "kubectl apply --server-side -f scripts/demo-namespace.yaml   (the namespace's Pod Security levels)"

@@ -20,7 +20,7 @@ import yaml
 
 from distributetrain import naming
 from distributetrain.naming import job_selector
-from localcluster._internal.cluster.testcluster import TestCluster, wait_until
+from localcluster import TestCluster, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "train-6gpu"  # the job name manifests/DistributeTrain_Manager.yaml gives

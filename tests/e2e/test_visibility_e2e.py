@@ -16,7 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from distributetrain import naming
-from localcluster._internal.cluster.testcluster import TestCluster, wait_until
+from localcluster import TestCluster, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "train-6gpu"

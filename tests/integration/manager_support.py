@@ -14,8 +14,7 @@ from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement.planner import Plan
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
-from localcluster._internal.cluster.testcluster import TestCluster
-from localcluster._internal.runtime.sim import Behavior
+from localcluster import Behavior, TestCluster
 from podsecurity import restricted
 
 IMAGE = "distributetrain/base:0.1.0"

@@ -24,7 +24,7 @@ from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager.orchestrator import Orchestrator
-from localcluster._internal.cluster.testcluster import TestCluster, wait_until
+from localcluster import TestCluster, wait_until
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -16,8 +16,7 @@ from manager_support import IMAGE, chief_behavior, leftovers
 from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from localcluster._internal.cluster.testcluster import TestCluster
-from localcluster._internal.runtime.sim import Behavior
+from localcluster import Behavior, TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

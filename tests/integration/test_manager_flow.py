@@ -24,8 +24,7 @@ from distributetrain import naming, podstatus
 from distributetrain.errors import CannotPlace, InvalidInput, ScheduleTimeout, WorkerFailed
 from distributetrain.hostfile import parse
 from distributetrain.kube.gateway import Kube
-from localcluster._internal.cluster.testcluster import TestCluster
-from localcluster._internal.runtime.sim import Behavior
+from localcluster import Behavior, TestCluster
 from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]

@@ -13,7 +13,7 @@ from distributetrain import naming
 from distributetrain.errors import ApiError, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(120)

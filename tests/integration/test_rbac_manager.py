@@ -19,7 +19,7 @@ from visibility_support import MANAGER, observed_job
 from distributetrain.errors import ApiError
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.cleanup import delete_job
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

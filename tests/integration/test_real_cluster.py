@@ -24,7 +24,7 @@ from distributetrain.errors import CannotPlace, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager import dryrun
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster._internal.cluster.testcluster import TestCluster, wait_until
+from localcluster import TestCluster, wait_until
 from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]

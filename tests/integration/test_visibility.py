@@ -18,8 +18,7 @@ from visibility_support import MANAGER, observed_job
 from distributetrain import naming
 from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe import jobstate, metrics
-from localcluster._internal.cluster.testcluster import TestCluster, wait_until
-from localcluster._internal.runtime.sim import Behavior
+from localcluster import Behavior, TestCluster, wait_until
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

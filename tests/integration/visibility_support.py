@@ -13,7 +13,7 @@ from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe import jobstate
 from distributetrain.observe.observer import Observer
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 MANAGER = "distributetrain-manager"
 

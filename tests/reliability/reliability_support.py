@@ -32,8 +32,7 @@ from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
-from localcluster._internal.cluster.testcluster import TestCluster
-from localcluster._internal.runtime.sim import Behavior
+from localcluster import Behavior, TestCluster
 from podsecurity import restricted
 
 REPO = Path(__file__).resolve().parents[2]

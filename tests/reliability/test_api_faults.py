@@ -27,7 +27,7 @@ from reliability_support import (
     wait_until,
 )
 
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 CHIEF_LINES = ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "epoch 3 loss 0.2"]
 

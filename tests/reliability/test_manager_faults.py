@@ -25,7 +25,7 @@ from reliability_support import (
 )
 
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

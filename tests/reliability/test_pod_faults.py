@@ -23,7 +23,7 @@ from reliability_support import (
 
 from distributetrain import naming
 from distributetrain.manager.posttraining import failed_rank
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 
 def _start(cluster: TestCluster, **fields: str) -> tuple[ManagerThread, dict[str, int]]:

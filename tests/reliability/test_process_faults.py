@@ -25,7 +25,7 @@ from reliability_support import (
     wait_until,
 )
 
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

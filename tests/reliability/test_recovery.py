@@ -37,7 +37,7 @@ from reliability_support import (
     wait_until,
 )
 
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 ACCURACY_THRESHOLD = 0.85  # tests/e2e/test_demo_flow.py's: 3 plain epochs reach 0.93 here, one only 0.81
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")

@@ -39,7 +39,7 @@ from reliability_support import (
 import podsecurity
 from distributetrain import naming
 from distributetrain.manager import sshkeys
-from localcluster._internal.cluster.testcluster import TestCluster
+from localcluster import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

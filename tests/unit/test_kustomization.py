@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from localcluster._internal.cluster.testcluster import kubectl_path
+from localcluster import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 

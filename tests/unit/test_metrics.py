@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from distributetrain.observe import jobstate, progress
 from distributetrain.observe.jobstate import PodState
-from localcluster._internal.cluster.testcluster import wait_until
+from localcluster import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

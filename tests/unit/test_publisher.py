@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from distributetrain.observe.publisher import Publisher
-from localcluster._internal.cluster.testcluster import wait_until
+from localcluster import wait_until
 
 
 def test_state_writes_are_bounded_urgent_ones_immediate_and_the_last_one_flushed(tmp_path: Path) -> None:

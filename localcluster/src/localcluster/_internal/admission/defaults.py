@@ -50,7 +50,7 @@ def pod(obj: Obj) -> None:
     for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
         if isinstance(c, dict):
             _container(c)
-    # status.qosClass is set after admission (admissionplugins.py): LimitRange defaults may change it
+    # status.qosClass is set after admission (admission/plugins.py): LimitRange defaults may change it
     obj.setdefault("status", {}).setdefault("phase", "Pending")
 
 

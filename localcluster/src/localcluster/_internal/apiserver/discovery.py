@@ -12,7 +12,7 @@ from localcluster._internal.auth.access import Access
 from localcluster._internal.auth.identity import UserInfo
 from localcluster._internal.storage import registry
 
-SERVER_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-distributetrain", "gitCommit": "local",
+SERVER_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-localcluster", "gitCommit": "local",
                   "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
                   "compiler": "gc", "platform": "linux/amd64"}
 _AGGREGATED = "as=APIGroupDiscoveryList"

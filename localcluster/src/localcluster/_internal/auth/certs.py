@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_SANS = ("127.0.0.1", "localhost", "10.244.0.1")
-CLUSTER_NAME = "distributetrain-local"
+CLUSTER_NAME = "localcluster"
 ADMIN_USER = "admin"
 
 
@@ -55,7 +55,7 @@ def generate(*, sans: tuple[str, ...] = DEFAULT_SANS, days: int = 365) -> Server
     now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     until = now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("distributetrain-local-ca")
+    ca_name = _name("localcluster-ca")
     ca_cert = (
         x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)

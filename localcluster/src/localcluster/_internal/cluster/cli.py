@@ -21,6 +21,7 @@ import click
 from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.cluster import daemon
 from localcluster._internal.errors import InvalidInput, LocalClusterError
+from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.runtime.nodelink import parse_node_link
 
 DEFAULT_DIR = Path(".local-cluster")
@@ -65,11 +66,11 @@ class _Group(click.Group):
 
 @click.group("localcluster", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
-    """A local Kubernetes API server with simulated or process-backed GPU nodes (the demo's and the tests'
-    cluster; see docs/local-cluster.md).
+    """A local Kubernetes API server with simulated or process-backed GPU nodes (for demos and tests;
+    see the package README).
 
     \b
-      localcluster up --nodes 5,3,2 --runtime process   # prints the kubeconfig to export
+      localcluster up --nodes 5,3,2 --runtime process --images images.yaml   # prints the kubeconfig
       localcluster status
       localcluster down
     """
@@ -101,9 +102,14 @@ def main() -> None:
               help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
                    "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
+@click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              metavar="FILE",
+              help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
+                   "context or the host's own files (process runtime). Default: none, every image fails "
+                   "to pull (ErrImagePull).")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
-       node_link: str) -> None:
+       node_link: str, images: Path | None) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -118,6 +124,9 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
         parse_defaults(pod_security)
     except ValueError as error:
         raise InvalidInput(f"--pod-security {pod_security!r}: {error}") from None
+    if images is not None:
+        images = images.resolve()
+        ImageMap.load(images)  # refused here, with its reason, rather than in the server's log
     directory = directory.resolve()
     pid = _read_pid(directory)
     if pid is not None and daemon.ready_url(directory):
@@ -128,8 +137,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
                                    network_policy=not no_network_policy, volume_refresh=volume_refresh,
-                                   node_link=node_link)
-    process, url = daemon.start(command, directory=directory, log=directory / "server.log",
+                                   node_link=node_link, images=images)
+    process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
     link = f", node links {parse_node_link(node_link)} each way" if node_link else ""

@@ -1,7 +1,7 @@
 """The local cluster as a background process: start `python -m localcluster serve` in its own
 session and return once /readyz answers over HTTPS, verified with the cluster's CA.
 
-Used by `localcluster up` (cli.py) and by the benchmarks that measure the server as its own process.
+Used by `localcluster up` (cli.py) and by whoever measures the server as its own process (`start_daemon`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def tail(path: Path, lines: int = 20) -> str:
 def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, runtime: str = "sim",
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
                   hostname_label_suffix: str = "", network_policy: bool = True,
-                  volume_refresh: float | None = None, node_link: str = "") -> list[str]:
+                  volume_refresh: float | None = None, node_link: str = "",
+                  images: Path | None = None) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -54,13 +55,15 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--hostname-label-suffix", hostname_label_suffix]
     if node_link:
         command += ["--node-link", node_link]
+    if images is not None:
+        command += ["--images", str(images)]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]
     return command if network_policy else [*command, "--no-network-policy"]
 
 
-def start(command: Sequence[str], *, directory: Path, log: Path,
+def start_daemon(command: Sequence[str], *, directory: Path, log: Path,
           timeout: float) -> tuple[subprocess.Popen[bytes], str]:
     """Start `command` (from serve_command) in its own session, its output appended to `log`; return the
     process and the server URL once it is ready. A server that exits or stays unready is stopped and reported

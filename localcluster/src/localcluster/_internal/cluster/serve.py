@@ -18,6 +18,7 @@ from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.auth.certs import DEFAULT_SANS
 from localcluster._internal.cluster.assembly import LocalCluster
 from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.runtime.images import ImageMap
 
 
 def parse_nodes(text: str) -> tuple[int, ...]:
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="appended to each node's kubernetes.io/hostname label, e.g. .ec2.internal")
     serve.add_argument("--node-link", default="", metavar="RATE[,DELAY]",
                        help="each node's link to the others, e.g. 1gbit (process runtime, root)")
+    serve.add_argument("--images", type=Path, default=None, metavar="FILE",
+                       help="the image map: which images the process runtime can run (default: none)")
     return parser
 
 
@@ -83,6 +86,7 @@ async def serve(args: argparse.Namespace) -> None:
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
                        runtime_options=_runtime_options(args),
+                       images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
                        bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)

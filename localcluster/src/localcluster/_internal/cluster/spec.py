@@ -12,6 +12,7 @@ from localcluster._internal.auth import certs
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.podspec.requests import GPU_RESOURCE
 from localcluster._internal.runtime.base import PodRuntime
+from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.storage.store import now_iso
 
 Obj = dict[str, Any]
@@ -44,6 +45,10 @@ class ClusterSpec:
     # each node's link to the other nodes, "RATE[,DELAY]" like "1gbit" (process runtime, netns mode only;
     # runtime/nodelink.py); empty: pods of different nodes talk as fast as pods of one node
     node_link: str = ""
+    # the images the process runtime can run: each a Dockerfile (its files and defaults) or the host's own
+    # files (runtime/images.py); empty: every image fails to pull (ErrImagePull), as on a node without a
+    # registry. The simulated runtime runs no image and ignores it.
+    images: ImageMap = field(default_factory=ImageMap)
 
 
 def pod_cidr(index: int) -> str:
@@ -85,8 +90,8 @@ def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | 
                    "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
                    "nodeInfo": {"machineID": f"{index:032x}", "systemUUID": f"{index:032x}",
                                 "bootID": f"{index:032x}", "kernelVersion": os.uname().release,
-                                "osImage": "DistributeTrain local cluster", "containerRuntimeVersion":
-                                    f"distributetrain-{spec.runtime}://0.1", "kubeletVersion": "v1.37.0",
+                                "osImage": "localcluster", "containerRuntimeVersion":
+                                    f"localcluster-{spec.runtime}://0.1", "kubeletVersion": "v1.37.0",
                                 "kubeProxyVersion": "v1.37.0", "operatingSystem": "linux",
                                 "architecture": "amd64"}},
     }
@@ -101,8 +106,11 @@ def make_runtime(name: str, options: dict[str, Any]) -> PodRuntime:
 
 
 def runtime_options(spec: ClusterSpec) -> dict[str, Any]:
-    """The runtime's keyword arguments: `spec.runtime_options`, plus the node link for the process runtime."""
+    """The runtime's keyword arguments: `spec.runtime_options`, plus the node link and the image map for the
+    process runtime."""
     options = dict(spec.runtime_options)
+    if spec.runtime == "process":
+        options.setdefault("images", spec.images)
     if spec.node_link:
         if spec.runtime != "process":
             raise InvalidInput(f"--node-link {spec.node_link}: node links need the process runtime "

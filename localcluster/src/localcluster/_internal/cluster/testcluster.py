@@ -1,11 +1,13 @@
-"""Helpers behind the pytest fixtures `local_cluster` and `local_cluster_factory` (tests/conftest.py).
+"""A started cluster as a test holds it (what the pytest plugin's `local_cluster` fixtures give).
 
-This package may not import the `kubernetes` client, so the fixture supplies `client_factory`: a callable
-building a configured ApiClient from (url, ca_path, token). Everything else lives here:
+This package does not import the `kubernetes` client, so its user supplies `client_factory`: a callable
+building a configured ApiClient from (url, ca_path, token) (the plugin's `local_cluster_client_factory`
+fixture). Everything else lives here:
 
     cluster = start_cluster(nodes=[5, 3, 2], runtime="sim", client_factory=...)   # any ClusterSpec field too,
     cluster = start_cluster(nodes=[5, 3, 2], cpu_nodes=1, ...)   # e.g. plus an untainted GPU-less cpu-1
     cluster.kubeconfig / .url / .ca_path / .store / .runtime / .token_for(ns, sa) / .call(coro)
+    cluster.call(cluster.sim.exit_container("default", "p", 0))   # the simulated kubelets' hooks
     cluster.api_client()                 # admin; .api_client(token=cluster.token_for("ns", "sa")) for an SA
     cluster.kubectl("get", "pods", "-o", "wide")   # the real kubectl, fresh discovery cache each call
     cluster.inject_fault(503, verb="list", resource="pods", count=2, retry_after=1)
@@ -104,6 +106,15 @@ class TestCluster:
 
     @property
     def runtime(self) -> PodRuntime:
+        return self.cluster.runtime
+
+    @property
+    def sim(self) -> SimRuntime:
+        """The simulated kubelets, for their hooks (exit_container, set_ready, append_log, rotate_log,
+        fail_node: coroutines to run with `call`); a cluster of another runtime has none."""
+        if not isinstance(self.cluster.runtime, SimRuntime):
+            raise TypeError(f"this cluster runs pods with {type(self.cluster.runtime).__name__}, not the "
+                            "simulated runtime (runtime='sim')")
         return self.cluster.runtime
 
     @property

@@ -246,7 +246,7 @@ class Controllers:
         return ns is not None and bool(ns["metadata"].get("deletionTimestamp"))
 
     def admit_create(self, r: Resource, obj: Obj, user: UserInfo) -> list[str]:
-        """The admission plugins (admissionplugins.py); returns the answer's warnings."""
+        """The admission plugins (admission/plugins.py); returns the answer's warnings."""
         return self.admission.create(r, obj, user)
 
     def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> list[str]:

@@ -1,15 +1,30 @@
-"""How an image name becomes local files for the process runtime (there is no Docker engine here).
+"""How an image name becomes local files for the process runtime (there is no image engine and no registry).
 
-An image whose name matches a pattern of the registry is *this repository's Dockerfile*: its COPY/ADD lines
-say which files of the build context appear at which path inside the container, and its ENV, WORKDIR, USER,
-ENTRYPOINT and CMD are the container's defaults. RUN steps are not run: the project's own environment (the
-venv whose bin/ is first on every pod's PATH) already holds what they install; only the accounts they create
-(`groupadd`, `useradd`: name, uid, gid, home, shell, password field) are kept, for the runtime to add to the
-container's /etc/passwd, /etc/group and /etc/shadow (`account_files`) and to make the home directory.
-`FROM` another mapped image inherits that image's files and settings. Any other image is a *host image*: no
-files are added and the container's command runs on the host's own filesystem (busybox, python:3.11, ubuntu
-all behave like that).
-See docs/local-cluster-processes.md.
+The cluster knows only the images its `ImageMap` names; every other image fails to pull, as it would on a
+node that cannot reach a registry holding it (`ErrImagePull`, then `ImagePullBackOff`). The map is given by
+whoever starts the cluster (`ClusterSpec(images=...)`, `localcluster up --images FILE`); by default it is
+empty. Each entry matches the image's repository path (registry host, tag and digest dropped; first match
+wins) and says what the image is:
+
+- *a Dockerfile* and its build context: its COPY/ADD lines say which files of the context appear at which
+  path inside the container, and its ENV, WORKDIR, USER, ENTRYPOINT and CMD are the container's defaults.
+  RUN steps are not run: the environment the cluster runs in (the venv whose bin/ is first on every pod's
+  PATH) holds what they install; only the accounts they create (`groupadd`, `useradd`: name, uid, gid, home,
+  shell, password field) are kept, for the runtime to add to the container's /etc/passwd, /etc/group and
+  /etc/shadow (`account_files`) and to make the home directory. `FROM` another mapped image inherits that
+  image's files and settings.
+- *the host's own files* (`host: true`): no files are added and the container's command runs against the
+  host's filesystem, with the venv first on PATH (`busybox`, `python:3.11-slim`: their commands are the
+  host's).
+
+A map file (YAML; paths relative to the file):
+
+    images:
+      - pattern: "*team/trainer*"       # fnmatch on the repository path (registry.example.com/team/trainer:1)
+        dockerfile: ../trainer/Dockerfile
+        context: ..                        # default: the Dockerfile's directory
+      - pattern: busybox
+        host: true
 """
 
 from __future__ import annotations
@@ -23,20 +38,24 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
 
 from localcluster._internal.errors import InvalidInput
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-
-# Pattern (matched against the image's repository path, without registry host, tag or digest) -> Dockerfile.
-# First match wins. The build context is the repository root, as the Dockerfiles' own build commands say
-# (`docker build -f base-image/Dockerfile .`).
-DEFAULT_PATTERNS: tuple[tuple[str, str], ...] = (
-    ("*distributetrain*manager*", "manager-image/Dockerfile"),
-    ("*distributetrain*", "base-image/Dockerfile"),
-)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RM = re.compile(r"\brm\s+((?:-[a-zA-Z]+\s+)*)([^&|;]+)")
+
+
+class ImageNotFound(Exception):
+    """An image the cluster's image map does not name: the pull a real node would try fails."""
+
+    def __init__(self, image: str) -> None:
+        super().__init__(f'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not '
+                         "found in the local cluster's image map (map it to a Dockerfile or to the host's "
+                         "files: ClusterSpec(images=...), localcluster up --images FILE)")
+        self.image = image
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,7 @@ class ImageUser:
 @dataclass(frozen=True)
 class ImageConfig:
     name: str
-    dockerfile: Path | None = None          # None: a host image
+    dockerfile: Path | None = None          # None: the host's own files
     files: tuple[ImageFile, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     entrypoint: tuple[str, ...] = ()
@@ -88,27 +107,99 @@ class ImageConfig:
 
 @dataclass(frozen=True)
 class ImageMapping:
+    """Images whose repository path matches `pattern` (fnmatch, e.g. `*team/trainer*`): built from
+    `dockerfile` with `context` as the build context (default: the Dockerfile's directory), or, without a
+    dockerfile, the host's own files (`ImageMapping.host("busybox")`)."""
+
     pattern: str
-    dockerfile: Path
+    dockerfile: Path | None = None
     context: Path | None = None
+
+    @staticmethod
+    def host(pattern: str) -> ImageMapping:
+        return ImageMapping(pattern)
+
+    @property
+    def is_host(self) -> bool:
+        return self.dockerfile is None
+
+    @property
+    def build_context(self) -> Path | None:
+        if self.dockerfile is None:
+            return None
+        return self.context or self.dockerfile.parent
+
+
+_ENTRY_KEYS = {"pattern", "dockerfile", "context", "host"}
 
 
 @dataclass(frozen=True)
-class ImageRegistry:
+class ImageMap:
+    """The images a cluster can run, first match wins; empty: none (every pull fails)."""
+
     mappings: tuple[ImageMapping, ...] = field(default_factory=tuple)
 
     @staticmethod
-    def default(repo_root: Path = REPO_ROOT) -> ImageRegistry:
-        return ImageRegistry(tuple(ImageMapping(p, repo_root / d, repo_root) for p, d in DEFAULT_PATTERNS))
+    def load(path: Path | str) -> ImageMap:
+        """A map file (YAML, see the module's docstring); relative paths are relative to the file.
+        Raises InvalidInput naming the file and the entry when it cannot be used."""
+        path = Path(path)
+        try:
+            document = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise InvalidInput(f"image map {path}: cannot be read ({e})") from e
+        return ImageMap.from_document(document, base=path.resolve().parent, source=str(path))
+
+    @staticmethod
+    def from_document(document: Any, *, base: Path, source: str = "the image map") -> ImageMap:
+        """The map a parsed document (`{"images": [{"pattern": ..., ...}, ...]}`) describes."""
+        entries = document.get("images") if isinstance(document, dict) else None
+        if not isinstance(entries, list) or set(document) != {"images"}:
+            raise InvalidInput(f"{source}: expected one key, `images`, holding a list of entries")
+        mappings = []
+        for number, entry in enumerate(entries, start=1):
+            where = f"{source}, image {number}"
+            pattern = entry.get("pattern") if isinstance(entry, dict) else None
+            if not isinstance(pattern, str) or not pattern:
+                raise InvalidInput(f"{where}: expected a mapping with a `pattern` (e.g. pattern: busybox)")
+            unknown = sorted(set(entry) - _ENTRY_KEYS)
+            if unknown:
+                raise InvalidInput(f"{where} ({pattern}): unknown key(s) {', '.join(unknown)}; "
+                                   f"expected {', '.join(sorted(_ENTRY_KEYS))}")
+            host = entry.get("host", False)
+            dockerfile = entry.get("dockerfile")
+            if host is not True and host is not False:
+                raise InvalidInput(f"{where} ({pattern}): host must be true or false, not {host!r}")
+            if host == (dockerfile is not None) or not isinstance(dockerfile, str | None):
+                raise InvalidInput(f"{where} ({pattern}): give either `dockerfile: PATH` or "
+                                   "`host: true`")
+            if host and "context" in entry:
+                raise InvalidInput(f"{where} ({pattern}): a host image has no build context")
+            context = entry.get("context")
+            if context is not None and not isinstance(context, str):
+                raise InvalidInput(f"{where} ({pattern}): context must be a path")
+            mappings.append(ImageMapping(
+                pattern, dockerfile=(base / dockerfile).resolve() if dockerfile else None,
+                context=(base / context).resolve() if context else None))
+        return ImageMap(tuple(mappings))
+
+    @property
+    def build_contexts(self) -> tuple[Path, ...]:
+        """The directories the mapped Dockerfiles build from, once each."""
+        found = (m.build_context for m in self.mappings)
+        return tuple(dict.fromkeys(c for c in found if c is not None))
 
     def lookup(self, image: str) -> ImageMapping | None:
         path = image_path(image)
         return next((m for m in self.mappings if fnmatch.fnmatchcase(path, m.pattern)), None)
 
     def resolve(self, image: str, *, _seen: frozenset[str] = frozenset()) -> ImageConfig:
-        """The image's files and defaults. Raises InvalidInput for a mapped Dockerfile that cannot be read."""
+        """The image's files and defaults. Raises ImageNotFound for an image the map does not name, and
+        InvalidInput for a mapped Dockerfile that cannot be read or used."""
         mapping = self.lookup(image)
         if mapping is None:
+            raise ImageNotFound(image)
+        if mapping.dockerfile is None:
             return ImageConfig(name=image)
         if str(mapping.dockerfile) in _seen:
             raise InvalidInput(f"image {image}: {mapping.dockerfile} inherits from itself through FROM")
@@ -116,11 +207,15 @@ class ImageRegistry:
             text = mapping.dockerfile.read_text()
         except OSError as e:
             raise InvalidInput(f"image {image} maps to {mapping.dockerfile}, which cannot be read ({e}); "
-                               "create it or change the local cluster's image patterns") from e
-        context = mapping.context or mapping.dockerfile.parent
+                               "create it or change the local cluster's image map") from e
+        context = mapping.build_context or mapping.dockerfile.parent
         seen = _seen | {str(mapping.dockerfile)}
         return parse_dockerfile(text, name=image, dockerfile=mapping.dockerfile, context=context,
-                                parent=lambda ref: self.resolve(ref, _seen=seen))
+                                parent=lambda ref: self._base(ref, seen))
+
+    def _base(self, ref: str, seen: frozenset[str]) -> ImageConfig | None:
+        """A FROM image: mapped, its files and settings; not mapped (debian, python:3.11-slim), none."""
+        return self.resolve(ref, _seen=seen) if self.lookup(ref) is not None else None
 
 
 def image_path(image: str) -> str:
@@ -211,9 +306,10 @@ def _container_path(path: str, workdir: str) -> str:
 
 
 def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
-                     parent: Callable[[str], ImageConfig] | None = None) -> ImageConfig:
-    """The last stage's files and defaults. `parent(ref) -> ImageConfig` resolves FROM images; COPY --from
-    (files of another stage or image) is not emulated and ignored."""
+                     parent: Callable[[str], ImageConfig | None] | None = None) -> ImageConfig:
+    """The last stage's files and defaults. `parent(ref)` resolves FROM images (None: an image the map does
+    not name, of which nothing is inherited); COPY --from (files of another stage or image) is not emulated
+    and ignored."""
     config = ImageConfig(name=name, dockerfile=dockerfile)
     args: dict[str, str] = {}
     env: dict[str, str] = {}

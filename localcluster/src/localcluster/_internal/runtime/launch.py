@@ -14,7 +14,7 @@ from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.images import (
     DEFAULT_PATH,
     ImageConfig,
-    ImageRegistry,
+    ImageMap,
     account_files,
     container_argv,
 )
@@ -39,7 +39,7 @@ SA_VOLUME_KEY = "\0serviceaccount"  # cannot clash with a volume name
 @dataclass
 class Launcher:
     host: RuntimeHost
-    images: ImageRegistry
+    images: ImageMap
     claims_dir: Path
     venv_bin: str
     api_host: str               # where pods reach the API server
@@ -129,8 +129,8 @@ class Launcher:
 
     def sandbox_spec(self, run: PodRun, ctr: ContainerRun) -> dict[str, Any]:
         """The JSON the shim (runtime/sandbox.py) reads. Raises NotReadyYet (a missing Secret/ConfigMap key),
-        ContainerConfigError (runAsNonRoot as root), InvalidInput (an unusable image mapping) or ValueError
-        (nothing to run)."""
+        ContainerConfigError (runAsNonRoot as root), ImageNotFound (an image the map does not name),
+        InvalidInput (an unusable Dockerfile) or ValueError (nothing to run)."""
         image = self.images.resolve(ctr.spec.get("image", ""))
         user = run_as(run.pod, ctr.spec, image_user=image.user, users=image.users)
         image_env, base = self._base_env(run, ctr, image, user)
@@ -140,8 +140,8 @@ class Launcher:
                             allocatable=(node.get("status") or {}).get("allocatable") or {})
         argv = container_args(container_argv(image, ctr.spec.get("command"), ctr.spec.get("args")), env)
         if not argv:
-            raise ValueError(f"image {image.name!r} is a host image (no Dockerfile mapped to it) and "
-                             f"container {ctr.name} sets no command: give the container a command")
+            raise ValueError(f"image {image.name!r} is mapped to the host's files (no Dockerfile, no "
+                             f"ENTRYPOINT) and container {ctr.name} sets no command: give it a command")
         mounts = container_mounts(ctr.spec, run.volumes)
         if SA_VOLUME_KEY in run.volumes and not any(m.dest.rstrip("/") == SA_MOUNT_PATH for m in mounts):
             mounts.append(Mount(run.volumes[SA_VOLUME_KEY], SA_MOUNT_PATH, read_only=True))
@@ -168,10 +168,12 @@ class Launcher:
             "argv": argv, "env": env,
             "user": {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)} if switch else None,
             "no_new_privs": user.no_new_privs, "stdin": bool(ctr.spec.get("stdin")),
-            "reveal": image_directories([os.path.dirname(self.venv_bin)]) if switch and not user.is_root
-            else [],
-            "image_dirs": image_directories([os.path.dirname(self.venv_bin)]),
+            "reveal": self._image_directories() if switch and not user.is_root else [],
+            "image_dirs": self._image_directories(),
         }
+
+    def _image_directories(self) -> list[str]:
+        return image_directories([os.path.dirname(self.venv_bin), *map(str, self.images.build_contexts)])
 
 
 def _accounts(image: ImageConfig, directory: Path) -> tuple[list[list[Any]], list[Mount]]:

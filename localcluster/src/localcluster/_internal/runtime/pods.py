@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster._internal.runtime import podstatus as ps
-from localcluster._internal.runtime.images import ImageRegistry
+from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.runtime.netns import PodNetwork
 from localcluster._internal.runtime.podenv import hosts_file, pod_hostname
 
@@ -56,9 +56,12 @@ class ContainerRun:
                 await task
 
 
-def image_id(images: ImageRegistry, image: str) -> str:
+def image_id(images: ImageMap, image: str) -> str:
+    """What a kubelet reports as imageID: the Dockerfile, the host's files, or nothing (a failed pull)."""
     mapping = images.lookup(image)
-    return f"local://{mapping.dockerfile}" if mapping is not None else f"host://{image}"
+    if mapping is None:
+        return ""
+    return f"host://{image}" if mapping.dockerfile is None else f"local://{mapping.dockerfile}"
 
 
 @dataclass
@@ -81,7 +84,7 @@ class PodRun:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @staticmethod
-    def of(pod: dict[str, Any], *, directory: Path, images: ImageRegistry) -> PodRun:
+    def of(pod: dict[str, Any], *, directory: Path, images: ImageMap) -> PodRun:
         spec = pod["spec"]
 
         def runs(containers: Sequence[Mapping[str, Any]], init: bool) -> list[ContainerRun]:

@@ -29,7 +29,7 @@ from localcluster._internal.runtime import podstatus as ps
 from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.enforce import Enforcement
 from localcluster._internal.runtime.forward import TcpForwarder
-from localcluster._internal.runtime.images import ImageRegistry
+from localcluster._internal.runtime.images import ImageMap, ImageNotFound
 from localcluster._internal.runtime.launch import Launcher
 from localcluster._internal.runtime.logs import container_log
 from localcluster._internal.runtime.netns import ClusterNetwork, can_use_netns, can_use_userns, spawn
@@ -61,7 +61,7 @@ class ProcessRuntime:
     where the kernel allows it; otherwise they are plain host processes. `node_link` ("1gbit", "1gbit,0.2ms";
     netns only): the rate (and delay) of each node's link to the others (runtime/nodelink.py)."""
 
-    def __init__(self, *, network: str = "auto", images: ImageRegistry | None = None,
+    def __init__(self, *, network: str = "auto", images: ImageMap | None = None,
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
                  shutdown_grace: float = 2.0, network_policy: bool = True,
                  memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH,
@@ -75,7 +75,7 @@ class ProcessRuntime:
         self.enforcement = Enforcement(network=self.network, pods=lambda: self.pods.values(),
                                        network_policy=network_policy, memory_limits=memory_limits,
                                        isolate=self.isolate)
-        self.images = images or ImageRegistry.default()
+        self.images = images or ImageMap()   # none: every image fails to pull
         self.venv_bin = venv_bin or str(Path(sys.executable).parent)
         # the shim needs only the standard library: any Python 3 this user may run will do
         self.python = sys.executable if os.access(sys.executable, os.X_OK) else (
@@ -372,9 +372,17 @@ class ProcessRuntime:
         return code
 
     async def _retry_config(self, run: PodRun, ctr: ContainerRun) -> dict[str, Any] | None:
+        pulls_failed = 0
         while not run.deleting:
             try:
                 return self.launcher.sandbox_spec(run, ctr)
+            except ImageNotFound as e:
+                # as a kubelet: the first failure reads ErrImagePull, the retries after it ImagePullBackOff
+                reason, message, events = ke.pull_failure(e, backing_off=pulls_failed > 0)
+                pulls_failed += 1
+                ctr.view.state = ps.waiting(reason, message)
+                for event in events:
+                    await self._event(run, ctr, event)
             except (NotReadyYet, ContainerConfigError, InvalidInput, ValueError) as e:
                 reason, events = ke.setup_failure(e, str(ctr.spec.get("image", "")))
                 ctr.view.state = ps.waiting(reason, str(e))

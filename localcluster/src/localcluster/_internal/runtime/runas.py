@@ -7,10 +7,11 @@ the group likewise (runAsGroup, then the image's `USER u:g`, then the user's pri
 check, does not start: its state is `CreateContainerConfigError` with the kubelet's own message.
 
 There is no image filesystem here: a container's root is the host's `/` under a private overlay, the
-project's virtual environment standing in for the image's installed packages. A container's files belong to
-it, however the host's directories above them are permissioned (a checkout under a 0700 home). So for a
-non-root container the runtime lists the directories that stand in for the image's contents (the
-interpreter, the virtual environment, the project); the shim (sandbox.py) shows each one at its own path
+virtual environment the cluster runs in standing in for the image's installed packages. A container's files
+belong to it, however the host's directories above them are permissioned (a checkout under a 0700 home). So
+for a non-root container the runtime lists the directories that stand in for the image's contents (the
+interpreter, the virtual environment, the source directories its editable installs point to, the mapped
+images' build contexts); the shim (sandbox.py) shows each one at its own path
 inside the container, over a private tmpfs that replaces the first directory above it the user could not
 enter. The host is never changed, and siblings of those directories stay hidden, as in a real container.
 """
@@ -20,11 +21,13 @@ from __future__ import annotations
 import os
 import pwd
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from localcluster._internal.runtime.images import REPO_ROOT, ImageUser
+from localcluster._internal.runtime.images import ImageUser
 
 
 class ContainerConfigError(Exception):
@@ -114,9 +117,30 @@ def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: 
                  home=_home(int(uid), users))
 
 
+def environment_directories() -> list[str]:
+    """The directories the environment's `.pth` files add to the import path (editable installs: a
+    project's `src/`), which its packages are loaded from as much as from site-packages."""
+    found: list[str] = []
+    for site_dir in dict.fromkeys(sysconfig.get_path(kind) for kind in ("purelib", "platlib")):
+        try:
+            names = sorted(n for n in os.listdir(site_dir) if n.endswith(".pth"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                lines = Path(site_dir, name).read_text().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            # as site.addpackage reads them: comments and `import` lines are not directories
+            found += [os.path.join(site_dir, line.rstrip()) for line in lines
+                      if line.strip() and not line.startswith(("#", "import ", "import\t"))]
+    return [d for d in found if os.path.isdir(d)]
+
+
 def image_directories(extra: Iterable[str] = ()) -> list[str]:
     """The host directories that stand in for an image's contents: the interpreter's installation, the
-    virtual environment and the project, each resolved through symlinks; nested ones are dropped."""
-    candidates = [sys.base_prefix, sys.prefix, str(REPO_ROOT), *extra]
+    virtual environment, the directories its editable installs add, and `extra` (the venv pods run and the
+    mapped images' build contexts), each resolved through symlinks; nested ones are dropped."""
+    candidates = [sys.base_prefix, sys.prefix, *environment_directories(), *extra]
     resolved = sorted({os.path.realpath(p) for p in candidates if p and os.path.isdir(p)})
     return [p for p in resolved if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in resolved)]

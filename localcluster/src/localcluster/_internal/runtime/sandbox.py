@@ -7,7 +7,7 @@ Run by the process runtime as `python -I -S sandbox.py SPEC.json` (standard libr
    so the container writes where it likes (like a container's writable layer) and the host never changes;
    /dev, /sys and the host's other top-level mounts are bound in, /proc and /dev/shm are fresh (a 64 MiB
    tmpfs, unless a pod volume is mounted there),
-4. copies the image's files (localcluster/images.py) to their destinations, bind-mounts the volumes at their
+4. copies the image's files (runtime/images.py) to their destinations, bind-mounts the volumes at their
    mountPath, the managed /etc/hosts and /etc/hostname; mount points are created inside the overlay only,
 5. forks the command: PID 1 of the new PID namespace, in the container's cgroups (its limits, runtime/
    cgroups.py), chrooted, as the container's user (runtime/runas.py; a non-root user is shown the
