@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the main job, for real, on the repository's local cluster (localcluster/).
-# Nodes of 5, 3 and 2 GPUs; the namespace's Pod Security labels (scripts/demo-namespace.yaml); `kubectl apply`
+# Nodes of 5, 3 and 2 GPUs running our images as scripts/local-cluster-images.yaml maps them; the namespace's
+# Pod Security labels (scripts/demo-namespace.yaml); `kubectl apply`
 # of rbac/ and the manager manifest (6 GPUs); the manager's log
 # followed to the end (inventory, plan, pods, training epoch by epoch, final accuracy); then the pods left
 # (workers gone, chief kept); the cluster stopped. Exits with the manager's exit code.

@@ -246,7 +246,7 @@ class ClusterNetwork:
             raise InvalidInput(
                 f"--node-link {self.node_link}: a delay needs the netem qdisc, which this kernel does not "
                 f"have (tc: {said}); give the rate alone, e.g. --node-link "
-                f"{str(self.node_link).partition(',')[0]} (see docs/local-cluster-processes.md)") from None
+                f"{str(self.node_link).partition(',')[0]}") from None
 
     def host_ip(self, node: str, *, pod_cidr: str = "") -> str:
         """The node's address; the first call for a node numbers it (after its podCIDR when given)."""
