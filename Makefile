@@ -25,27 +25,35 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-train.txt constrain
 
 venv: system-deps $(STAMP)  ## create or reuse the virtual environment with every pinned dependency
 
-lint: venv  ## ruff, the import layering contracts (the product's, bench's), hadolint
+# The local cluster (localcluster/) is a distribution of its own with its own ruff, mypy and import-linter
+# settings (localcluster/pyproject.toml): ruff finds them by itself, mypy and lint-imports run from there.
+LC_TOOL = cd localcluster && $(abspath $(VENV))/bin
+
+lint: venv  ## ruff, the import layering contracts (the product's, bench's, the local cluster's), hadolint
 	$(VENV)/bin/ruff check src localcluster tests bench base-image manager-image scripts
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/lint-imports --config bench/importlinter.toml
+	$(LC_TOOL)/lint-imports
 	$(VENV)/bin/hadolint base-image/Dockerfile manager-image/Dockerfile
 
-typecheck: venv  ## mypy --strict over the product, the local cluster, bench/, then tests/ (one run per directory)
+typecheck: venv  ## mypy --strict over the product, bench/, tests/ (one run per directory), the local cluster and its tests
 	$(VENV)/bin/mypy
 	bash scripts/typecheck-tests.sh $(VENV)/bin/mypy
+	$(LC_TOOL)/mypy
+	$(LC_TOOL)/mypy --disable-error-code union-attr tests
 
-test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e)
-	$(PY) -m pytest tests
+test: lint typecheck  ## lint, type checks and the whole test suite (unit, integration, e2e), the local cluster's too
+	$(PY) -m pytest tests localcluster/tests
 
 # Three parts of that suite, for a quicker loop; together they are exactly `make test`'s tests
 # (tests/repo/test_make_targets.py checks it). ARGS passes pytest options: make unit ARGS='-k planner -x'.
 # tests/ by what the tests prove: unit (the product's pure cores, named after the module tested),
 # benchmarks (bench/'s simulation, measurement parsing, report), repo (the repository's own files:
 # Dockerfiles, kustomization, these targets, no machine paths), integration and reliability (against a local
-# cluster), e2e (real processes, Horovod and TensorFlow; marked e2e wherever they live).
-UNIT_TESTS := tests/unit tests/benchmarks tests/repo tests/localcluster/unit
-INTEGRATION_TESTS := tests/integration tests/localcluster/integration tests/reliability
+# cluster), e2e (real processes, Horovod and TensorFlow; marked e2e wherever they live). The local cluster's
+# own tests are in localcluster/tests, in the same three parts.
+UNIT_TESTS := tests/unit tests/benchmarks tests/repo localcluster/tests/unit
+INTEGRATION_TESTS := tests/integration localcluster/tests/integration tests/reliability
 
 unit: venv  ## the pure cores, bench/ and the repository's files: no root, no job on a cluster (a few minutes)
 	$(PY) -m pytest $(UNIT_TESTS) $(ARGS)
@@ -54,7 +62,7 @@ integration: venv  ## the manager and the API server against a local cluster of 
 	$(PY) -m pytest $(INTEGRATION_TESTS) -m "not e2e" $(ARGS)
 
 e2e: venv  ## real sshd, Horovod and TensorFlow in pods run as processes (root; the slow part)
-	$(PY) -m pytest tests -m e2e $(ARGS)
+	$(PY) -m pytest tests localcluster/tests -m e2e $(ARGS)
 
 bench: venv  ## every benchmark; results in bench/results/, report in docs/benchmarks.md
 	$(PY) -m bench.run

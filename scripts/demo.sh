@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the main job, for real, on the repository's local cluster (localcluster/).
-# Nodes of 5, 3 and 2 GPUs; the namespace's Pod Security labels (scripts/demo-namespace.yaml); `kubectl apply`
+# Nodes of 5, 3 and 2 GPUs running our images as scripts/local-cluster-images.yaml maps them; the namespace's
+# Pod Security labels (scripts/demo-namespace.yaml); `kubectl apply`
 # of rbac/ and the manager manifest (6 GPUs); the manager's log
 # followed to the end (inventory, plan, pods, training epoch by epoch, final accuracy); then the pods left
 # (workers gone, chief kept); the cluster stopped. Exits with the manager's exit code.
@@ -19,7 +20,7 @@ trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m (t=%ss)\n' "$*" "$(elapsed)"; }
 
 step "starting a local cluster: nodes of 5, 3 and 2 GPUs"
-localcluster up --nodes 5,3,2 --runtime process --dir "$DIR"
+localcluster up --nodes 5,3,2 --runtime process --dir "$DIR" --images scripts/local-cluster-images.yaml
 "${KUBECTL[@]}" get nodes -o wide
 
 step "kubectl apply --server-side -f scripts/demo-namespace.yaml   (the namespace's Pod Security levels)"

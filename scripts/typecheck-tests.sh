@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# mypy over tests/, run by `make typecheck` after the strict run over the product, the local cluster and bench/
+# mypy over tests/, run by `make typecheck` after the strict run over the product and bench/ (the local
+# cluster checks its own tests with its own settings, localcluster/pyproject.toml)
 # (pyproject's [tool.mypy]; its settings, strict, are the ones used here too, less the one relaxation below).
 #
 # Why one mypy run per test directory: tests/ has no __init__.py, and pytest (prepend import mode) puts the

@@ -39,10 +39,10 @@ from typing import Any
 
 import orjson
 from kubernetes import client, config, watch
+from localcluster import serve_command, start_daemon
 
 from bench.measure.clienttypes import as_body, raw
 from distributetrain.kube.gateway import Kube, list_nodes_and_pods
-from localcluster import daemon
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -68,8 +68,8 @@ def _rss_mib(pid: int) -> tuple[float, float]:
 
 
 def _start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
-    command = daemon.serve_command(state, nodes=[8] * nodes, gpu_taint=False)
-    server, _ = daemon.start(command, directory=state, log=state.parent / "server.log", timeout=180)
+    command = serve_command(state, nodes=[8] * nodes, gpu_taint=False)
+    server, _ = start_daemon(command, directory=state, log=state.parent / "server.log", timeout=180)
     return server
 
 

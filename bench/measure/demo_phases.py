@@ -127,7 +127,8 @@ def run_manager(manifest: str, *, prefix: str, pod_security: bool) -> tuple[str,
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         kubectl = [str(BIN / "kubectl"), "--kubeconfig", f"{tmp}/kubeconfig", "--cache-dir", f"{tmp}/cache"]
         local = [str(BIN / "localcluster")]
-        _run([*local, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp], env=env)
+        _run([*local, "up", "--nodes", "5,3,2", "--runtime", "process", "--dir", tmp, "--images",
+              str(ROOT / "scripts" / "local-cluster-images.yaml")], env=env)
         try:
             if pod_security:
                 namespace = ROOT / "scripts" / "demo-namespace.yaml"

@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from localcluster import serve_command, start_daemon
+
 from bench.measure.clienttypes import as_body, raw
 from distributetrain.kube.gateway import Kube, gc_paused, list_nodes_and_pods
 from distributetrain.manager.cleanup import delete_job
@@ -34,7 +36,6 @@ from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory, planner
 from distributetrain.request.jobspec import JobSpec
-from localcluster import daemon
 
 GPUS_PER_NODE = 8
 JOB_GPUS = 64
@@ -42,8 +43,8 @@ IMAGE = "distributetrain/base:0.1.0"
 
 
 def start_server(state: Path, nodes: int) -> subprocess.Popen[bytes]:
-    command = daemon.serve_command(state, nodes=[GPUS_PER_NODE] * nodes)
-    server, _ = daemon.start(command, directory=state, log=state.parent / "server.log", timeout=180)
+    command = serve_command(state, nodes=[GPUS_PER_NODE] * nodes)
+    server, _ = start_daemon(command, directory=state, log=state.parent / "server.log", timeout=180)
     return server
 
 

@@ -123,10 +123,10 @@ class Output:
 
 @contextmanager
 def cluster() -> Iterator[Any]:
-    from localcluster.cluster import LocalCluster
-    from localcluster.clusterspec import ClusterSpec
+    from localcluster import ClusterSpec, ImageMap, LocalCluster
 
-    spec = ClusterSpec(nodes=NODES, runtime="process", runtime_options={"volume_refresh": VOLUME_REFRESH})
+    spec = ClusterSpec(nodes=NODES, runtime="process", runtime_options={"volume_refresh": VOLUME_REFRESH},
+                       images=ImageMap.load(ROOT / "scripts" / "local-cluster-images.yaml"))
     started = LocalCluster(spec).start()
     try:
         yield started

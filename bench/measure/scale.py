@@ -55,7 +55,7 @@ SIZES = {"minimal": (NODES, PODS), "realistic": (NODES, PODS // 10)}
 QUICK_SIZES = {"minimal": (QUICK_NODES, QUICK_PODS), "realistic": (QUICK_NODES, QUICK_PODS // 10)}
 JOB_GPUS = 64
 WARM_REPEATS = 3
-PAGE = 5000  # k8s.py's page size
+PAGE = 5000  # kube/gateway.py's page size
 SHAPES = ("minimal", "realistic")
 
 

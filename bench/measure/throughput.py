@@ -79,7 +79,7 @@ def ratio_name(ratio: int | None) -> str:
 
 def link_for(intra_bytes_per_s: float, ratio: int) -> str:
     """A node link (tc rate on the wire) whose TCP payload is `1/ratio` of the intra-node bandwidth."""
-    from localcluster.runtime.nodelink import TCP_PAYLOAD_SHARE
+    from localcluster import TCP_PAYLOAD_SHARE
 
     return f"{max(1, round(intra_bytes_per_s * 8 / ratio / TCP_PAYLOAD_SHARE / 1e6))}mbit"
 
@@ -95,10 +95,10 @@ def planned_split(log: str) -> tuple[int, ...]:
 @contextmanager
 def cluster(nodes: Sequence[int], node_link: str = "") -> Iterator[Any]:
     """A local cluster of real processes with these GPU nodes (and this node link), in its own thread."""
-    from localcluster.cluster import LocalCluster
-    from localcluster.clusterspec import ClusterSpec
+    from localcluster import ClusterSpec, ImageMap, LocalCluster
 
-    spec = ClusterSpec(nodes=tuple(nodes), runtime="process", node_link=node_link)
+    spec = ClusterSpec(nodes=tuple(nodes), runtime="process", node_link=node_link,
+                       images=ImageMap.load(ROOT / "scripts" / "local-cluster-images.yaml"))
     started = LocalCluster(spec).start()
     try:
         yield started

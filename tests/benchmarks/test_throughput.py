@@ -48,7 +48,7 @@ def test_the_split_is_read_from_the_managers_plan_line() -> None:
 
 
 def test_a_node_link_carries_its_fraction_of_the_intra_node_bandwidth_as_tcp_payload() -> None:
-    from localcluster.runtime.nodelink import parse_node_link
+    from localcluster import parse_node_link
 
     link = throughput.link_for(1.0e9, 20)
     assert link == "418mbit"

@@ -14,11 +14,11 @@ import os
 import re
 
 import pytest
+from localcluster import TestCluster, wait_until
 from user_manifests import JOB, apply, manager_ended, manager_manifest, pod_json, wait_for_phase
 
 from distributetrain import naming
 from distributetrain.naming import job_selector
-from localcluster.testing import TestCluster, wait_until
 
 ACCURACY_THRESHOLD = 0.85  # 3 epochs on the digits reach 0.93 here; one epoch only 0.81
 

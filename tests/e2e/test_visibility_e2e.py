@@ -10,11 +10,11 @@ import os
 import urllib.request
 
 import pytest
+from localcluster import TestCluster, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from user_manifests import JOB, MANAGER, apply, manager_ended, manager_manifest, pod_json, wait_for_phase
 
 from distributetrain import naming
-from localcluster.testing import TestCluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root, pytest.mark.timeout(900),
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

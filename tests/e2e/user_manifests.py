@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-
-from localcluster.testing import TestCluster, wait_until
+from localcluster import TestCluster, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = "train-6gpu"  # the job name manifests/DistributeTrain_Manager.yaml gives

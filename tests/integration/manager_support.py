@@ -7,6 +7,8 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from localcluster import Behavior, TestCluster
+
 from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.cleanup import JOB_KINDS
@@ -15,8 +17,6 @@ from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement.planner import Plan
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
 from podsecurity import restricted
 
 IMAGE = "distributetrain/base:0.1.0"

@@ -60,3 +60,26 @@ def test_a_kubectl_dump_reads_like_the_live_cluster(local_cluster: Any, tmp_path
     from_file = cli_json("inventory", "--cluster", str(dump))
     assert from_file == cli_json("inventory", "--kubeconfig", str(local_cluster.kubeconfig))
     assert [r["free"] for r in from_file] == [5, 2, 2]
+
+
+def test_inventory_and_plan_see_cpu_nodes_as_holding_no_gpus(local_cluster_factory: Any) -> None:
+    """A local cluster's CPU nodes (`cpu_nodes=`, `localcluster up --cpu-nodes`) are nodes without any
+    nvidia.com/gpu, as a real cluster's: shown, never eligible, never planned on."""
+    cluster = local_cluster_factory(nodes=[5, 3, 2], cpu_nodes=1)
+    kubeconfig = str(cluster.kubeconfig)
+    result = CliRunner().invoke(main, ["inventory", "--kubeconfig", kubeconfig, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["node"]: r for r in json.loads(result.stdout)}
+    assert (rows["cpu-1"]["allocatable"], rows["cpu-1"]["free"], rows["cpu-1"]["eligible"]) == (0, 0, False)
+    assert rows["cpu-1"]["reason"] == "no nvidia.com/gpu allocatable"
+    assert [(n, rows[n]["free"]) for n in ("node-1", "node-2", "node-3")] == [
+        ("node-1", 5), ("node-2", 3), ("node-3", 2)]
+    text = CliRunner().invoke(main, ["inventory", "--kubeconfig", kubeconfig])
+    assert text.exit_code == 0, text.output
+    cpu_line = next(line for line in text.stdout.splitlines() if line.startswith("cpu-1"))
+    assert "no nvidia.com/gpu allocatable" in cpu_line
+    result = CliRunner().invoke(main, ["plan", "--gpus", "6", "--kubeconfig", kubeconfig, "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert [(e["node"], e["gpus"], e["role"]) for e in plan["allocation"]] == [
+        ("node-1", 5, "worker"), ("node-3", 1, "chief")]

@@ -19,6 +19,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from localcluster import TestCluster, wait_until
 from manager_support import IMAGE, chief_behavior, leftovers, manager_pod, orchestrator, spec
 
 import podsecurity
@@ -26,7 +27,6 @@ from distributetrain.errors import CannotPlace, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager import dryrun
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster.testing import TestCluster, wait_until
 from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
+from localcluster import TestCluster, wait_until
 from manager_support import IMAGE, Recorder, chief_behavior, leftovers, orchestrator, spec
 
 from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager.orchestrator import Orchestrator
-from localcluster.testing import TestCluster, wait_until
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -11,13 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from localcluster import Behavior, TestCluster
 from manager_support import IMAGE, chief_behavior, leftovers
 
 from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

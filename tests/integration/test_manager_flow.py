@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from localcluster import Behavior, TestCluster
 from manager_support import (
     IMAGE,
     Recorder,
@@ -24,8 +25,6 @@ from distributetrain import naming, podstatus
 from distributetrain.errors import CannotPlace, InvalidInput, ScheduleTimeout, WorkerFailed
 from distributetrain.hostfile import parse
 from distributetrain.kube.gateway import Kube
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
 from podsecurity import restricted
 
 Factory = Callable[..., TestCluster]

@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 
 import pytest
+from localcluster import TestCluster
 from manager_support import chief_behavior, leftovers, manager_pod, orchestrator, spec
 
 from distributetrain import naming
 from distributetrain.errors import ApiError, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(120)

@@ -13,13 +13,13 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from localcluster import TestCluster
 from manager_support import chief_behavior, leftovers, orchestrator, spec
 from visibility_support import MANAGER, observed_job
 
 from distributetrain.errors import ApiError
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager.cleanup import delete_job
-from localcluster.testing import TestCluster
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localcluster import Behavior, TestCluster, wait_until
 from manager_support import is_chief, is_worker
 from visibility_support import MANAGER, observed_job
 
 from distributetrain import naming
 from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.observe import jobstate, metrics
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster, wait_until
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)

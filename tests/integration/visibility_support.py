@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from localcluster import TestCluster
 from manager_support import spec
 
 from distributetrain.kube.gateway import Kube
@@ -14,7 +15,6 @@ from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe import jobstate
 from distributetrain.observe.observer import Observer
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster.testing import TestCluster
 
 MANAGER = "distributetrain-manager"
 

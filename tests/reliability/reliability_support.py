@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localcluster import Behavior, TestCluster
+from localcluster import wait_until as poll_until
 
 from distributetrain import naming
 from distributetrain.kube import gateway
@@ -33,9 +35,6 @@ from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import inventory
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
-from localcluster import testing
-from localcluster.runtime.sim import Behavior
-from localcluster.testing import TestCluster
 from podsecurity import restricted
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,9 +126,9 @@ def held(before: dict[str, int], after: dict[str, int]) -> int:
 
 def wait_until(what: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.1,
                message: str = "") -> Any:
-    """The local cluster's poll (localcluster.testing.wait_until), under the names the fault matrix's tests
+    """The local cluster's poll (localcluster.wait_until), under the names the fault matrix's tests
     use: `every` seconds between checks, `message` saying what was awaited."""
-    return testing.wait_until(what, timeout=timeout, interval=every, what=message or str(what))
+    return poll_until(what, timeout=timeout, interval=every, what=message or str(what))
 
 
 def pods_of(kube: Kube, job: str, namespace: str = "default") -> dict[str, dict[str, Any]]:

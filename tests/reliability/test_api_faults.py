@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from localcluster import TestCluster
 from reliability_support import (
     Factory,
     ManagerThread,
@@ -26,8 +27,6 @@ from reliability_support import (
     spec,
     wait_until,
 )
-
-from localcluster.testing import TestCluster
 
 CHIEF_LINES = ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "epoch 3 loss 0.2"]
 

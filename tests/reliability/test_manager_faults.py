@@ -8,6 +8,7 @@ import signal
 import time
 from collections.abc import Callable
 
+from localcluster import TestCluster
 from reliability_support import (
     IMAGE,
     Factory,
@@ -25,7 +26,6 @@ from reliability_support import (
 )
 
 from distributetrain.request.jobspec import ManagerIdentity
-from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

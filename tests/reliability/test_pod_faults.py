@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from localcluster import TestCluster
 from reliability_support import (
     Factory,
     ManagerThread,
@@ -23,7 +24,6 @@ from reliability_support import (
 
 from distributetrain import naming
 from distributetrain.manager.posttraining import failed_rank
-from localcluster.testing import TestCluster
 
 
 def _start(cluster: TestCluster, **fields: str) -> tuple[ManagerThread, dict[str, int]]:

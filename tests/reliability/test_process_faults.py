@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localcluster import TestCluster
 from reliability_support import (
     Factory,
     ManagerThread,
@@ -29,8 +30,6 @@ from reliability_support import (
     spec,
     wait_until,
 )
-
-from localcluster.testing import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]

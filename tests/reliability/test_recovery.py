@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from localcluster import TestCluster
 from reliability_support import (
     Factory,
     ManagerThread,
@@ -36,8 +37,6 @@ from reliability_support import (
     spec,
     wait_until,
 )
-
-from localcluster.testing import TestCluster
 
 ACCURACY_THRESHOLD = 0.85  # tests/e2e/test_demo_flow.py's: 3 plain epochs reach 0.93 here, one only 0.81
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")

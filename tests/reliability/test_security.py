@@ -24,6 +24,7 @@ from typing import Any
 import paramiko
 import pytest
 import yaml
+from localcluster import TestCluster
 from reliability_support import (
     IMAGE,
     REPO,
@@ -39,7 +40,6 @@ from reliability_support import (
 import podsecurity
 from distributetrain import naming
 from distributetrain.manager import sshkeys
-from localcluster.testing import TestCluster
 
 ARGS = ("--gpus", "6", "--image", IMAGE, "--job-name", "train", "--schedule-timeout", "20s")
 

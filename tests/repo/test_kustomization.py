@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from localcluster.testing import kubectl_path
+from localcluster import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from localcluster import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from distributetrain.observe import jobstate, progress
 from distributetrain.observe.jobstate import PodState
-from localcluster.testing import wait_until
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from localcluster import wait_until
+
 from distributetrain.observe.publisher import Publisher
-from localcluster.testing import wait_until
 
 
 def test_state_writes_are_bounded_urgent_ones_immediate_and_the_last_one_flushed(tmp_path: Path) -> None:

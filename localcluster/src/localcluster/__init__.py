@@ -1,2 +1,70 @@
-"""A local Kubernetes cluster: an API server over real HTTPS, a scheduler, garbage collection, and pods
-run either as real processes or simulated. See docs/local-cluster.md."""
+"""localcluster: a Kubernetes cluster on one machine, for tests and demos. An API server over real HTTPS that
+the official clients and real kubectl talk to, with RBAC, admission, a scheduler, garbage collection, and
+pods that are either simulated (thousands, steerable by tests) or real processes in their own namespaces.
+
+    from localcluster import ClusterSpec, ImageMap, ImageMapping, start_cluster
+
+    cluster = start_cluster(nodes=[4, 2], runtime="process",
+                            images=ImageMap((ImageMapping.host("busybox"),)))
+    cluster.kubectl("run", "hello", "--image", "busybox", "--restart", "Never", "--", "echo", "hi")
+    cluster.close()
+
+Everything a user needs is exported here (`__all__`); `localcluster._internal` is not an API. The pytest
+fixtures are in `localcluster.pytest_plugin` (loaded by pytest on its own); the CLI is `localcluster
+up|status|down`. See the package's README.md.
+"""
+
+from localcluster._internal.apimachinery.quantity import parse_quantity
+from localcluster._internal.apiserver.faults import Fault
+from localcluster._internal.cluster.assembly import LocalCluster
+from localcluster._internal.cluster.daemon import serve_command, start_daemon
+from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.cluster.testcluster import (
+    ClientFactory,
+    RawResponse,
+    TestCluster,
+    kubectl_path,
+    start_cluster,
+    wait_until,
+)
+from localcluster._internal.errors import InvalidInput, InvalidQuantity, LocalClusterError, StartFailed
+from localcluster._internal.podspec.requests import pod_requests
+from localcluster._internal.runtime.images import ImageMap, ImageMapping, ImageNotFound
+from localcluster._internal.runtime.nodelink import TCP_PAYLOAD_SHARE, NodeLink, parse_node_link
+from localcluster._internal.runtime.process import ProcessRuntime
+from localcluster._internal.runtime.sim import Behavior, Predicate, SimRuntime
+
+# What each name is for: a cluster started and stopped (ClusterSpec, LocalCluster, TestCluster, start_cluster,
+# wait_until, kubectl_path), or as a background process (serve_command, start_daemon); the pod runtimes and
+# their switches (SimRuntime, Behavior, Predicate, ProcessRuntime, NodeLink, parse_node_link); the images the
+# process runtime can run (ImageMap, ImageMapping); injected API faults (Fault); the errors; and Kubernetes'
+# resource rules as the cluster applies them (pod_requests, parse_quantity), to hold other implementations to.
+__all__ = [
+    "TCP_PAYLOAD_SHARE",
+    "Behavior",
+    "ClientFactory",
+    "ClusterSpec",
+    "Fault",
+    "ImageMap",
+    "ImageMapping",
+    "ImageNotFound",
+    "InvalidInput",
+    "InvalidQuantity",
+    "LocalCluster",
+    "LocalClusterError",
+    "NodeLink",
+    "Predicate",
+    "ProcessRuntime",
+    "RawResponse",
+    "SimRuntime",
+    "StartFailed",
+    "TestCluster",
+    "kubectl_path",
+    "parse_node_link",
+    "parse_quantity",
+    "pod_requests",
+    "serve_command",
+    "start_cluster",
+    "start_daemon",
+    "wait_until",
+]

@@ -1,7 +1,7 @@
 """Host discovery for elastic Horovod: what horovodrun, in the chief, runs every second as its
 `--host-discovery-script` (`python3 -m distributetrain.chief.discovery ...`, written by the launcher). It
 prints `HOST:SLOTS`, one line per host: the chief's own address first, then each worker of the hostfile
-ConfigMap the manager keeps current (elastic.py), named by its pod, with its GPUs.
+ConfigMap the manager keeps current (manager/keeper.py), named by its pod, with its GPUs.
 
 Why pod names, not addresses: Horovod never takes back a host it saw fail, and a replacement worker may get
 the address of the pod it replaces; a pod name is never reused. ssh reaches a name through the alias file

@@ -9,7 +9,7 @@ Elastic jobs (DT_MIN_PROCESSES): horovodrun runs Horovod elastic, its hosts from
 the hostfile the manager keeps current. Restart jobs (DT_RESTARTS): a training that failed because a worker
 was lost is relaunched once the manager replaced it (relaunch.py), resuming from its checkpoint.
 
-Its settings are parsed in launchsettings.py. The pure parts (merging, the horovodrun argv, reading
+Its settings are parsed in settings.py. The pure parts (merging, the horovodrun argv, reading
 horovodrun's failure report) are separate functions with unit tests; `main` does the I/O.
 """
 

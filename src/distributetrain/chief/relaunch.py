@@ -11,7 +11,7 @@ A worker was lost when the hostfile ConfigMap changed since the launch (the mana
 of its workers no longer accepts ssh; otherwise every worker still answers, the failure is the training's
 own, and the launcher exits with its code as a job without --restarts would. After a loss the launcher waits
 for a hostfile that differs from the failed launch's, holds the job's every process, and whose workers all
-accept ssh; the manager writes it once the replacements are Ready (elastic.py).
+accept ssh; the manager writes it once the replacements are Ready (manager/keeper.py).
 """
 
 from __future__ import annotations

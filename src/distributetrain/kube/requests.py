@@ -1,5 +1,5 @@
 """The Kubernetes API as plain values: every request the manager sends (HTTP method, path, query, body),
-built here apart from sending it (k8s.py sends), and the error a refusal means, read from the server's
+built here apart from sending it (gateway.py sends), and the error a refusal means, read from the server's
 Status object by its code, reason and details. Pure, so both are unit-tested without a server.
 """
 

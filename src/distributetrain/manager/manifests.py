@@ -125,7 +125,7 @@ def hostfile_configmap(spec: JobSpec, workers: Iterable[hostfile.HostSlots], *,
                        ) -> dict[str, Any]:
     """The workers' `IP slots=N` lines, sorted; the launcher in the chief adds its own line. A job that
     survives lost workers (spec.recovery) also gets `names` (`IP POD`, from `names`: address -> pod), and its
-    ConfigMap is not immutable: the manager keeps it current (elastic.py)."""
+    ConfigMap is not immutable: the manager keeps it current (keeper.py)."""
     workers = list(workers)
     return _hostfile_object(spec, hostfile.render(workers), hostnames_text(workers, names or {}), owner)
 

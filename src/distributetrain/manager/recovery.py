@@ -5,7 +5,7 @@ Two modes (JobSpec.recovery): elastic Horovod (`--min-gpus`: the other ranks go 
 replaces the lost worker, and the job grows up to `--max-gpus` when GPUs free up) and restart (`--restarts`:
 the chief's launcher relaunches the training from its checkpoint once the manager has replaced the lost
 workers).
-elastic.py does the I/O with these decisions.
+keeper.py does the I/O with these decisions.
 """
 
 from __future__ import annotations

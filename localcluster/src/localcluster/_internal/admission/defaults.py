@@ -1,0 +1,106 @@
+"""Defaulting the real API server applies on create, for the fields our users and kubectl read back."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+from typing import Any
+
+Obj = dict[str, Any]
+
+_service_ips = itertools.count(1)
+
+
+def _container(container: Obj) -> None:
+    image = str(container.get("image", ""))
+    tag = image.rsplit("/", 1)[-1]
+    if "imagePullPolicy" not in container:
+        latest = ":" not in tag or tag.endswith(":latest")
+        container["imagePullPolicy"] = "Always" if latest else "IfNotPresent"
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    resources = container.setdefault("resources", {})
+    limits = resources.get("limits") or {}
+    if limits:
+        requests = resources.setdefault("requests", {})
+        for name, value in limits.items():
+            requests.setdefault(name, value)
+    for port in container.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+
+
+def pod(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
+    spec.setdefault("serviceAccount", spec["serviceAccountName"])
+    spec.setdefault("enableServiceLinks", True)
+    spec.setdefault("priority", 0)
+    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    tolerations = spec.setdefault("tolerations", [])
+    present = {(t.get("key"), t.get("effect")) for t in tolerations if isinstance(t, dict)}
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if (key, "NoExecute") not in present and (None, None) not in present:
+            tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                                "tolerationSeconds": 300})
+    for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        if isinstance(c, dict):
+            _container(c)
+    # status.qosClass is set after admission (admission/plugins.py): LimitRange defaults may change it
+    obj.setdefault("status", {}).setdefault("phase", "Pending")
+
+
+def namespace(obj: Obj) -> None:
+    meta = obj["metadata"]
+    meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
+    obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    obj["status"] = {"phase": "Active"}
+
+
+def secret(obj: Obj) -> None:
+    obj.setdefault("type", "Opaque")
+    string_data = obj.pop("stringData", None) or {}
+    if string_data:
+        data = obj.setdefault("data", {}) or {}
+        obj["data"] = data
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+
+
+def service(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    if "clusterIP" not in spec:
+        n = next(_service_ips)
+        spec["clusterIP"] = f"10.96.{n // 250}.{n % 250 + 1}"
+    if spec["clusterIP"] != "None":
+        spec.setdefault("clusterIPs", [spec["clusterIP"]])
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port.get("port"))
+    obj.setdefault("status", {"loadBalancer": {}})
+
+
+def pvc(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("volumeMode", "Filesystem")
+    obj["status"] = {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                     "capacity": ((spec.get("resources") or {}).get("requests") or {"storage": "1Gi"})}
+
+
+APPLY = {"pods": pod, "namespaces": namespace, "secrets": secret, "services": service,
+         "persistentvolumeclaims": pvc}
+
+
+def apply(resource_key: str, obj: Obj) -> None:
+    fn = APPLY.get(resource_key)
+    if fn is not None:
+        fn(obj)

@@ -1,0 +1,210 @@
+"""`localcluster up|status|down`: the local Kubernetes cluster in the background, for the demo and for trying
+jobs.
+
+`up` starts `python -m localcluster serve` in its own session, waits until /readyz answers over HTTPS
+(verified with the cluster's CA), and prints the kubeconfig path. `down` stops that process by the PID it
+recorded (checking the PID is still ours) and removes what `up` wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from localcluster._internal.admission.podsecurity import parse_defaults
+from localcluster._internal.cluster import daemon
+from localcluster._internal.errors import InvalidInput, LocalClusterError
+from localcluster._internal.runtime.images import ImageMap
+from localcluster._internal.runtime.nodelink import parse_node_link
+
+DEFAULT_DIR = Path(".local-cluster")
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+_MARK = f"{daemon.MODULE}\0serve\0"  # how our server's command line reads in /proc/PID/cmdline
+
+
+def _read_pid(directory: Path) -> int | None:
+    try:
+        pid = int((directory / "pid").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    # a recycled PID belongs to someone else: only ever signal our own server
+    return pid if _MARK.encode() in cmdline else None
+
+
+def _parse_nodes(text: str) -> list[int]:
+    try:
+        nodes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidInput(f"--nodes {text!r}: expected GPU counts per node, like 5,3,2") from None
+    if not nodes or any(n < 0 for n in nodes):
+        raise InvalidInput(f"--nodes {text!r}: expected at least one node, each with 0 or more GPUs")
+    return nodes
+
+
+class _Group(click.Group):
+    """Reports our errors on one line (`error: ...`) with their exit code instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LocalClusterError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(err.exit_code)
+
+
+@click.group("localcluster", cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """A local Kubernetes API server with simulated or process-backed GPU nodes (for demos and tests;
+    see the package README).
+
+    \b
+      localcluster up --nodes 5,3,2 --runtime process --images images.yaml   # prints the kubeconfig
+      localcluster status
+      localcluster down
+    """
+
+
+@main.command("up")
+@click.option("--nodes", default="5,3,2", show_default=True, help="GPUs per node, one entry per node.")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True,
+              help="Where the kubeconfig, CA, PID and log go.")
+@click.option("--cpu-nodes", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untainted nodes cpu-1, cpu-2, ... without GPUs, for pods that need none (the manager).")
+@click.option("--runtime", type=click.Choice(["process", "sim"]), default="sim", show_default=True,
+              help="Run pods as real processes, or simulate them.")
+@click.option("--no-gpu-taint", is_flag=True, help="Do not taint GPU nodes with nvidia.com/gpu:NoSchedule.")
+@click.option("--port", type=int, default=0, help="API server port (default: any free port).")
+@click.option("--pod-security", default="", metavar="MODE=LEVEL,...",
+              help="Pod Security for namespaces without labels, e.g. enforce=baseline,warn=restricted "
+                   "(default: privileged; a namespace's pod-security.kubernetes.io labels override it).")
+@click.option("--hostname-label-suffix", default="", metavar="SUFFIX",
+              help="Append SUFFIX to each node's kubernetes.io/hostname label (e.g. .ec2.internal), so the "
+                   "label differs from the node's name as on EKS.")
+@click.option("--no-network-policy", is_flag=True,
+              help="Do not enforce NetworkPolicy (process runtime), like a network plugin without it.")
+@click.option("--volume-refresh", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              metavar="SECONDS",
+              help="How often a running pod's Secret/ConfigMap volumes take updates (process runtime), as "
+                   "the kubelet's sync period; 0: never.")
+@click.option("--node-link", default="", metavar="RATE[,DELAY]",
+              help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
+                   "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
+                   "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
+@click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              metavar="FILE",
+              help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
+                   "context or the host's own files (process runtime). Default: none, every image fails "
+                   "to pull (ErrImagePull).")
+def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
+       pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
+       node_link: str, images: Path | None) -> None:
+    """Start the local cluster in the background and print its kubeconfig.
+
+    GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
+    unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
+    counts = _parse_nodes(nodes)
+    if node_link:
+        parse_node_link(node_link)
+        if runtime != "process":
+            raise InvalidInput(f"--node-link {node_link}: node links need --runtime process (simulated pods "
+                               "send no traffic)")
+    try:
+        parse_defaults(pod_security)
+    except ValueError as error:
+        raise InvalidInput(f"--pod-security {pod_security!r}: {error}") from None
+    if images is not None:
+        images = images.resolve()
+        ImageMap.load(images)  # refused here, with its reason, rather than in the server's log
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is not None and daemon.ready_url(directory):
+        click.echo(f"a local cluster is already running (pid {pid}); kubeconfig: {directory / 'kubeconfig'}")
+        click.echo(f"export KUBECONFIG={directory / 'kubeconfig'}")
+        return
+    command = daemon.serve_command(directory, nodes=counts, cpu_nodes=cpu_nodes, runtime=runtime, port=port,
+                                   gpu_taint=not no_gpu_taint, pod_security=pod_security,
+                                   hostname_label_suffix=hostname_label_suffix,
+                                   network_policy=not no_network_policy, volume_refresh=volume_refresh,
+                                   node_link=node_link, images=images)
+    process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
+                                timeout=START_TIMEOUT)
+    kubeconfig = directory / "kubeconfig"
+    link = f", node links {parse_node_link(node_link)} each way" if node_link else ""
+    click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
+               f"API {url}, runtime {runtime}{link} (pid {process.pid})")
+    with contextlib.suppress(FileNotFoundError):
+        for line in (directory / "notices").read_text().splitlines():
+            click.echo(f"note: {line}")
+    click.echo(f"kubeconfig: {kubeconfig}")
+    click.echo(f"export KUBECONFIG={kubeconfig}")
+
+
+@main.command("status")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
+def status(directory: Path) -> None:
+    """Whether the local cluster in DIR runs and answers; exits 1 when it does not."""
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is None:
+        click.echo(f"no local cluster running in {directory}")
+        sys.exit(1)
+    url = daemon.ready_url(directory)
+    click.echo(f"local cluster running (pid {pid}), API {url or '(not answering)'}, "
+               f"kubeconfig {directory / 'kubeconfig'}")
+    if not url:
+        sys.exit(1)
+
+
+@main.command("down")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True)
+def down(directory: Path) -> None:
+    """Stop the local cluster in DIR (every pod it runs) and remove what `up` wrote."""
+    directory = directory.resolve()
+    pid = _read_pid(directory)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            click.echo(f"the local cluster (pid {pid}) did not stop within {STOP_TIMEOUT:.0f} s; killed it",
+                       err=True)
+            for _ in range(50):
+                if not _alive(pid):
+                    break
+                time.sleep(0.1)
+        click.echo(f"local cluster stopped (pid {pid})")
+    else:
+        click.echo(f"no local cluster running in {directory}")
+    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log", "notices"):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (its parent, `up`, has exited)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+

@@ -1,0 +1,9 @@
+"""Models of systems other than the Kubernetes API server core, which a cluster can include: e.g. API outages,
+batch Jobs, PodDisruptionBudgets and eviction, a node-pool autoscaler, Kueue, fabric devices.
+
+One module (or subpackage) per system. Its docstring names the upstream behaviour it follows and the version
+(`cluster-autoscaler 1.31: scale-up when a pod is Unschedulable ...`), and says what it leaves out. A double
+watches and writes through the store like the controllers do (storage/, controllers/), is switched on by a
+`ClusterSpec` field (off by default, so a cluster without it behaves as before), and has its own tests under
+localcluster/tests. None yet.
+"""

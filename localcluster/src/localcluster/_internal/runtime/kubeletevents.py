@@ -1,0 +1,66 @@
+"""The events a kubelet records about containers, in its own words (pkg/kubelet/kuberuntime, images,
+prober); the runtimes send them through RuntimeHost.record_event. Each is (reason, message, warning)."""
+
+from __future__ import annotations
+
+from localcluster._internal.errors import InvalidInput
+from localcluster._internal.runtime.images import ImageNotFound
+from localcluster._internal.runtime.podenv import NotReadyYet
+from localcluster._internal.runtime.runas import ContainerConfigError
+
+KubeletEvent = tuple[str, str, bool]
+
+
+def pulled(image: str) -> KubeletEvent:
+    # mapped images are local files (a Dockerfile's context, or the host's): always present
+    return "Pulled", f'Container image "{image}" already present on machine', False
+
+
+def created(container: str) -> KubeletEvent:
+    return "Created", f"Created container: {container}", False
+
+
+def started(container: str) -> KubeletEvent:
+    return "Started", f"Started container {container}", False
+
+
+def stopping(container: str) -> KubeletEvent:
+    return "Killing", f"Stopping container {container}", False
+
+
+def liveness_kill(container: str) -> KubeletEvent:
+    return "Killing", f"Container {container} failed liveness probe, will be restarted", False
+
+
+def unhealthy(message: str) -> KubeletEvent:
+    return "Unhealthy", message, True
+
+
+def back_off(container: str, pod: str, namespace: str, uid: str) -> KubeletEvent:
+    message = f"Back-off restarting failed container {container} in pod {pod}_{namespace}({uid})"
+    return "BackOff", message, True
+
+
+def failed(error: str) -> KubeletEvent:
+    return "Failed", f"Error: {error}", True
+
+
+def pull_failure(error: ImageNotFound, *, backing_off: bool) -> tuple[str, str, list[KubeletEvent]]:
+    """An image that cannot be pulled: the waiting reason, its message and the kubelet's events, first
+    (ErrImagePull) and on each retry after it (ImagePullBackOff)."""
+    if backing_off:
+        message = f'Back-off pulling image "{error.image}"'
+        return "ImagePullBackOff", message, [("BackOff", message, False), failed("ImagePullBackOff")]
+    return "ErrImagePull", str(error), [("Pulling", f'Pulling image "{error.image}"', False),
+                                        ("Failed", f'Failed to pull image "{error.image}": {error}', True),
+                                        failed("ErrImagePull")]
+
+
+def setup_failure(error: Exception, image: str) -> tuple[str, list[KubeletEvent]]:
+    """A container that could not be set up: its waiting reason and the kubelet's events."""
+    if isinstance(error, (NotReadyYet, ContainerConfigError)):
+        return "CreateContainerConfigError", [failed(str(error))]
+    if isinstance(error, InvalidInput):  # the image maps to a Dockerfile that cannot be used
+        return "ErrImagePull", [("Failed", f'Failed to pull image "{image}": {error}', True),
+                                failed("ErrImagePull")]
+    return "CreateContainerError", [failed(str(error))]
