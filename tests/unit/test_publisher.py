@@ -14,7 +14,7 @@ from distributetrain.observe.publisher import Publisher
 def test_state_writes_are_bounded_urgent_ones_immediate_and_the_last_one_flushed(tmp_path: Path) -> None:
     said: list[str] = []
     path = tmp_path / "state.json"
-    publisher = Publisher(None, say=said.append, pod=None, state_file=path)
+    publisher = Publisher(None, say=said.append, target=None, state_file=path)
     publisher.start()
     publisher.state("phase-1", urgent=True)
     wait_until(lambda: path.exists() and path.read_text() == "phase-1", timeout=5, what="an urgent write")
@@ -33,7 +33,7 @@ def test_state_writes_are_bounded_urgent_ones_immediate_and_the_last_one_flushed
 
 def test_a_state_file_that_cannot_be_written_is_said_once(tmp_path: Path) -> None:
     said: list[str] = []
-    publisher = Publisher(None, say=said.append, pod=None, state_file=tmp_path / "missing" / "state.json")
+    publisher = Publisher(None, say=said.append, target=None, state_file=tmp_path / "missing" / "state.json")
     publisher.start()
     for n in range(3):
         publisher.state(f"s{n}", urgent=True)

@@ -69,8 +69,8 @@ class Observer(joblog.Reporter):
         self._why = ""          # why the last gang did not start: the re-plan's Event says it
         self._hook_failed = False
         self._sequence = itertools.count(1)  # the follower's thread records events too
-        pod = (manager.namespace or state.namespace, manager.name) if manager is not None else None
-        self.publisher = Publisher(kube, say=self.say, pod=pod, state_file=state_file,
+        target = manager.ref(state.namespace)[:3] if manager is not None else None
+        self.publisher = Publisher(kube, say=self.say, target=target, state_file=state_file,
                                    patch_interval=patch_interval)
         self.publisher.start()
         self._publish(urgent=True)
@@ -231,11 +231,12 @@ class Observer(joblog.Reporter):
 
     # ---- sending ----------------------------------------------------------------------------------------
     def _job_event(self, reason: str, message: str, *, type: str = events.NORMAL) -> None:
-        """An Event on the manager's own pod; none outside a cluster (no pod to hang it on)."""
+        """An Event on the manager's Job, or its own pod; none outside a cluster (nothing to hang it on)."""
         manager = self.manager
         if manager is not None:
-            self._event(ObjectRef("Pod", manager.namespace or self.state.namespace, manager.name,
-                                  manager.uid), reason, message, type=type)
+            kind, namespace, name, uid = manager.ref(self.state.namespace)
+            self._event(ObjectRef(kind, namespace, name, uid, "batch/v1" if kind == "Job" else "v1"), reason,
+                        message, type=type)
 
     def _event(self, ref: ObjectRef, reason: str, message: str, *, type: str = events.NORMAL) -> None:
         instance = self.manager.name if self.manager is not None else socket.gethostname()

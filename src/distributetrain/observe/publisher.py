@@ -29,15 +29,17 @@ STATE_INTERVAL = 1.0
 class Publisher(threading.Thread):
     """Sends Events and the manager pod's metadata, and writes the state file, off the job's threads."""
 
-    def __init__(self, kube: Kube | None, *, say: Callable[[str], None], pod: tuple[str, str] | None,
+    def __init__(self, kube: Kube | None, *, say: Callable[[str], None],
+                 target: tuple[str, str, str] | None,
                  state_file: Path | None, patch_interval: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """`pod`: (namespace, name) of the manager's own pod, None outside a pod (nothing to patch)."""
+        """`target`: (kind, namespace, name) of what stands for the manager - its Job, or its own pod - whose
+        labels and annotations show the job; None outside a cluster (nothing to patch)."""
         super().__init__(name="publisher", daemon=True)
         # fewer, shorter retries than the job's own requests: an Event is worth little once late
         self.kube = None if kube is None else Kube(kube.api_client, attempts=3, backoff=0.25, max_backoff=2.0,
                                                    request_timeout=10.0)
-        self.say, self.pod, self.state_file = say, pod, state_file
+        self.say, self.target, self.state_file = say, target, state_file
         self.patch_interval = patch_interval
         self._clock = clock
         self._cond = threading.Condition()
@@ -147,14 +149,15 @@ class Publisher(threading.Thread):
                           stop=isinstance(err, Forbidden))
 
     def _patch(self, meta: dict[str, Any]) -> None:
-        if self.kube is None or self.pod is None or "patch" in self._off:
+        if self.kube is None or self.target is None or "patch" in self._off:
             return
-        namespace, name = self.pod
+        kind, namespace, name = self.target
         try:
-            self.kube.patch("pods", namespace, name, {"metadata": meta})
+            self.kube.patch("jobs" if kind == "Job" else "pods", namespace, name, {"metadata": meta})
             self.sent["patches"] += 1
         except ApiError as err:
-            self._refused("patch", f"the phase and progress are not shown on pod {namespace}/{name}: {err}",
+            where = f"{kind.lower()} {namespace}/{name}"
+            self._refused("patch", f"the phase and progress are not shown on {where}: {err}",
                           stop=isinstance(err, Forbidden | NotFound))
 
     def _write_state(self, text: str) -> None:

@@ -92,6 +92,14 @@ class ManagerIdentity:
                                pod_ips=ips, job_name=job_name or None,
                                job_uid=job_uid if job_name and job_uid else None)
 
+    def ref(self, fallback_namespace: str) -> tuple[str, str, str, str]:
+        """(kind, namespace, name, uid) of what stands for the manager - its Job when it runs under one (it
+        outlives any one pod), else its pod: its Events, phase label and progress annotations go there."""
+        namespace = self.namespace or fallback_namespace
+        if self.durable:
+            return "Job", namespace, str(self.job_name), str(self.job_uid)
+        return "Pod", namespace, self.name, self.uid
+
     @property
     def durable(self) -> bool:
         """The job's objects outlive this manager pod: a Job owns them, and its next pod adopts them."""
