@@ -60,7 +60,8 @@ CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 
 class ApiServer:
     def __init__(self, *, store: Store, access: Access, controllers: Controllers, subresources: Subresources,
-                 faults: Faults, server_address: str, bookmark_interval: float = 5.0) -> None:
+                 faults: Faults, server_address: str, bookmark_interval: float = 5.0,
+                 gate: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None) -> None:
         self.store = store
         self.access = access
         self.controllers = controllers
@@ -70,6 +71,8 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.ready = True
         self.requests = 0
+        # asked first about every request: an answer of its own (an API outage, doubles/apioutage.py) or None
+        self.gate = gate
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY + 1024)
@@ -79,6 +82,8 @@ class ApiServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         try:
+            if self.gate is not None and (answer := await self.gate(request)) is not None:
+                return answer
             return await self._handle(request)
         except st.ApiStatus as error:
             return status_response(error)

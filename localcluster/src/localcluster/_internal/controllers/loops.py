@@ -13,7 +13,7 @@ import contextlib
 import copy
 import datetime
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from localcluster._internal.admission import claims, podsecurity
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+# the kubelet's pod admit handlers beyond resources (lifecycle.PodAdmitHandler): (pod, node) -> (reason,
+# message) to refuse the pod, None to admit it; e.g. the node shutdown manager's (doubles/nodeshutdown.py)
+AdmitHandler = Callable[[Obj, Obj], "tuple[str, str] | None"]
 
 
 def _later(seconds: float) -> str:
@@ -43,9 +46,10 @@ def _later(seconds: float) -> str:
 class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
-                 event_ttl: float = 3600.0) -> None:
+                 event_ttl: float = 3600.0, admit_handlers: Sequence[AdmitHandler] = ()) -> None:
         self.store = store
         self.runtime = runtime
+        self.admit_handlers = tuple(admit_handlers)
         self.events = EventRecorder(store=store, ttl=event_ttl)
         self.quotas = QuotaController(store=store)
         self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
@@ -140,6 +144,12 @@ class Controllers:
         node = self.store.get("nodes", None, node_name)
         if node is None:
             return  # no kubelet owns that node: the pod stays Pending, as on a real cluster
+        refused = next((r for handler in self.admit_handlers if (r := handler(pod, node)) is not None), None)
+        if refused is not None:
+            await self.update_pod_status(namespace, name, {"phase": "Failed", "reason": refused[0],
+                                                           "message": refused[1], "startTime": now_iso()})
+            self.record_event(pod, "Warning", refused[0], refused[1], component="kubelet", host=node_name)
+            return
         if admit:
             verdict = scheduler.admit(pod, node, usage=self._usage)
             if not verdict.admitted:
