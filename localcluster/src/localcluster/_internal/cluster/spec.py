@@ -49,6 +49,9 @@ class ClusterSpec:
     # files (runtime/images.py); empty: every image fails to pull (ErrImagePull), as on a node without a
     # registry. The simulated runtime runs no image and ignores it.
     images: ImageMap = field(default_factory=ImageMap)
+    # the Job controller's back-off before it replaces a failed pod (DefaultJobPodFailureBackOff: 10 s,
+    # doubling per failure up to 10 min); tests shorten it
+    job_backoff: float = 10.0
 
 
 def pod_cidr(index: int) -> str:

@@ -27,6 +27,7 @@ from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.logs import MemoryLog as _Log
 
 Obj = dict[str, Any]
+_KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 Predicate = Callable[[Obj], bool]
 
 
@@ -185,6 +186,7 @@ class SimRuntime:
         for c in sim.containers:
             if "running" in c.state:
                 await self._events(sim.pod, c.name, ke.stopping(c.name))
+        await self._report_stopped(sim, grace_seconds)
         if sim.timer is not None:
             sim.timer.cancel()
         self._release_ip(sim.node, sim.ip)
@@ -192,6 +194,28 @@ class SimRuntime:
             log = self._logs.pop((key[0], key[1], c.name), None)
             if log is not None:
                 log.close()
+
+    async def _report_stopped(self, sim: _Pod, grace_seconds: float) -> None:
+        """A pod that finalizers keep in the store ends as the kubelet reports a deleted pod (terminal phase
+        before removal, kubelet 1.27+): each running container dies of the SIGTERM (143), or of the SIGKILL
+        (137) without a grace period."""
+        assert self.host is not None
+        current = self.host.get("pods", sim.namespace, sim.name)
+        if current is None or current["metadata"].get("uid") != sim.uid or not current["metadata"].get(
+                "finalizers") or sim.phase in ("Succeeded", "Failed"):
+            return
+        now = _now()
+        for c in sim.containers:
+            if "running" in c.state:
+                c.state = {"terminated": {"exitCode": 143 if grace_seconds > 0 else 137, "reason": "Error",
+                                          "startedAt": c.started_at, "finishedAt": now}}
+            c.ready = False
+        codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in sim.containers]
+        sim.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        # conditions the kubelet does not own (PodScheduled, DisruptionTarget) stay as they are
+        keep = [c for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") not in _KUBELET_CONDITIONS]
+        await self._report(sim, keep=keep)
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
                    tail_lines: int | None, timestamps: bool = False,
@@ -298,9 +322,11 @@ class SimRuntime:
         if log is not None:
             log.close()
 
-    async def _report(self, sim: _Pod, *, start: bool = False) -> None:
+    async def _report(self, sim: _Pod, *, start: bool = False, keep: list[Obj] | None = None) -> None:
+        """`keep`: the conditions that are not the kubelet's to report (default: PodScheduled)."""
         assert self.host is not None
         now = _now()
+        others = sim.conditions_base if keep is None else keep
         all_ready = all(c.ready for c in sim.containers) and sim.phase == "Running"
         running = sim.phase == "Running"
         flag = "True" if all_ready else "False"
@@ -310,7 +336,7 @@ class SimRuntime:
             {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
             {"type": "Ready", "status": flag, "lastProbeTime": None, "lastTransitionTime": now},
             {"type": "ContainersReady", "status": flag, "lastProbeTime": None, "lastTransitionTime": now},
-            *sim.conditions_base]
+            *others]
         if not all_ready:
             for cond in conditions[2:4]:
                 cond["reason"] = "PodCompleted" if sim.phase == "Succeeded" else "ContainersNotReady"
