@@ -98,6 +98,7 @@ class ApiServer:
             return web.Response(text="ok", content_type="text/plain")
         if path.rstrip("/") == "/version":
             return json_response(SERVER_VERSION)
+        _check_accept(request.headers.get("Accept", ""))
         user = self.access.authenticate(request.headers)
         user = self.access.impersonate(user, request.headers)
         query = dict(request.query)
@@ -355,4 +356,16 @@ class ApiServer:
         return json_response({"kind": f"{r.kind}List", "apiVersion": r.api_version,
                               "metadata": {"resourceVersion": str(self.store.resource_version)},
                               "items": deleted})
+
+
+def _check_accept(accept: str) -> None:
+    """Answers are JSON: a client that takes only protobuf (kubectl's typed clients also take JSON) gets the
+    real server's 406 for a media type it cannot produce."""
+    if "protobuf" not in accept:
+        return
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    if types & {"", "*/*", "application/*", "application/json", "application/yaml"}:
+        return
+    raise st.ApiStatus(406, "NotAcceptable",
+                       "only the following media types are accepted: application/json, application/yaml")
 

@@ -152,14 +152,14 @@ class JobController:
             errors += self._create_pods(job, plan.create)
         for pod_name in plan.remove_finalizers:
             self._remove_finalizer(namespace, pod_name)
+        status = plan.status
+        if errors:
+            # pods that could not be created are not active
+            status = {**status, "active": max(0, int(status.get("active") or 0) - len(errors))}
+            if not status["active"]:
+                status.pop("active")
         current = self.store.get(JOBS, namespace, name)
-        if current is not None and current["metadata"]["uid"] == uid and current.get("status") != plan.status:
-            status = plan.status
-            if errors:
-                # pods that could not be created are not active
-                status = {**status, "active": max(0, int(status.get("active") or 0) - len(errors))}
-                if not status["active"]:
-                    status.pop("active")
+        if current is not None and current["metadata"]["uid"] == uid and current.get("status") != status:
 
             def change(obj: Obj) -> None:
                 obj["status"] = copy.deepcopy(status)
