@@ -30,6 +30,10 @@ def _container(container: Obj) -> None:
             requests.setdefault(name, value)
     for port in container.get("ports") or []:
         port.setdefault("protocol", "TCP")
+    for var in container.get("env") or []:
+        ref = (var.get("valueFrom") or {}).get("fieldRef") if isinstance(var, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
 
 
 def pod(obj: Obj) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localcluster._internal.runtime import kubeletevents as ke
+from localcluster._internal.runtime import podenv
 from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.logs import MemoryLog as _Log
 
@@ -305,6 +306,22 @@ class SimRuntime:
         for (ns, pod, ctr), log in self._logs.items():
             if (ns, pod) == (namespace, name) and container in (None, ctr):
                 log.rotate()
+
+    def container_env(self, namespace: str, name: str, container: str | None = None) -> dict[str, str]:
+        """Test hook: the environment the kubelet would give the container as it started (HOSTNAME, the API
+        server's KUBERNETES_SERVICE_*, envFrom, env with $(VAR) expansion and the downward API), computed as
+        the process runtime computes it; the simulated runtime starts no process to read it from. Raises
+        podenv.NotReadyYet for a Secret or ConfigMap key that is missing."""
+        sim = self._pods[(namespace, name)]
+        spec = sim.pod.get("spec") or {}
+        ctr = next(c for c in spec.get("containers") or [] if container in (None, c.get("name")))
+        assert self.host is not None
+        node = self.host.get("nodes", None, sim.node) or {}
+        base = {"HOSTNAME": podenv.pod_hostname(sim.pod)[0], "KUBERNETES_SERVICE_HOST": self.host.api_host,
+                "KUBERNETES_SERVICE_PORT": str(self.host.api_port)}
+        return podenv.container_env(pod=sim.pod, container=ctr, get=self.host.get, image_env=(), base=base,
+                                    pod_ip=sim.ip, host_ip=self._host_ip(sim.node),
+                                    allocatable=(node.get("status") or {}).get("allocatable") or {})
 
     def running(self) -> list[tuple[str, str]]:
         """(namespace, name) of every pod the runtime holds."""
