@@ -71,9 +71,18 @@ def _signed(value: int) -> int:
 
 
 def _zero(wire: int, value: Any) -> bool:
-    """The wire value of a Go default (0, false, "", an empty message), which JSON would have omitted."""
-    return (wire == 0 and value == 0) or (wire == 2 and len(value) == 0) or (
-        wire in (1, 5) and not any(bytes(value)))
+    """The wire value of a Go default (0, false, "", a message of defaults only, as a status nobody filled
+    in), which JSON would have omitted."""
+    if wire == 0:
+        return bool(value == 0)
+    if wire in (1, 5):
+        return not any(bytes(value))
+    if len(value) == 0:
+        return True
+    try:
+        return all(_zero(w, v) for _n, w, v in _fields(bytes(value)))
+    except ProtobufError:
+        return False
 
 
 def _time(data: bytes) -> str | None:
@@ -150,7 +159,9 @@ def decode_message(name: str, data: bytes) -> dict[str, Any]:
             out.update(decode_message(field.kind, value))
         else:
             decoded = _value(field.kind, wire, value, name, number)
-            if decoded is None or (field.kind in SCALARS and not field.keep_zero and _zero(wire, value)):
+            plain = field.kind in ("string", "bytes")
+            default = len(value) == 0 if plain else _zero(wire, value)
+            if decoded is None or (field.kind in SCALARS and not field.keep_zero and default):
                 out.pop(field.name, None)
                 continue
             out[field.name] = decoded

@@ -591,9 +591,9 @@ message PodDisruptionBudget
   2 spec PodDisruptionBudgetSpec
   3 status PodDisruptionBudgetStatus
 message PodDisruptionBudgetSpec
-  1 minAvailable intorstring
+  1 minAvailable intorstring!
   2 selector LabelSelector
-  3 maxUnavailable intorstring
+  3 maxUnavailable intorstring!
   4 unhealthyPodEvictionPolicy string!
 message PodDisruptionBudgetStatus
   1 observedGeneration int
