@@ -307,7 +307,7 @@ class SimRuntime:
             if (ns, pod) == (namespace, name) and container in (None, ctr):
                 log.rotate()
 
-    def container_env(self, namespace: str, name: str, container: str | None = None) -> dict[str, str]:
+    async def container_env(self, namespace: str, name: str, container: str | None = None) -> dict[str, str]:
         """Test hook: the environment the kubelet would give the container as it started (HOSTNAME, the API
         server's KUBERNETES_SERVICE_*, envFrom, env with $(VAR) expansion and the downward API), computed as
         the process runtime computes it; the simulated runtime starts no process to read it from. Raises
