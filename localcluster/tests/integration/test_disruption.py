@@ -135,8 +135,9 @@ def test_kubectl_drain_retries_on_429_until_its_timeout_then_drains_once_the_bud
                                               "nodeSelector": {"kubernetes.io/hostname": "node-1"},
                                               "containers": [{"name": "main", "image": "busybox"}]}}}}
     pdb = budget(minAvailable=1)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        manager, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", **pdb}]}))
+    both = [manager, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", **pdb}]
+    applied = cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(m) for m in both))
+    assert applied.returncode == 0, applied.stderr
     first = str(wait_until(lambda: v1.list_namespaced_pod("default", label_selector="app=train").items,
                            what="the manager's pod")[0].metadata.name)
     running(v1, first)
