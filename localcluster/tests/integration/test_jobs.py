@@ -174,6 +174,16 @@ def test_kubectl_delete_job_takes_its_pods_while_a_bare_client_delete_orphans_th
     assert len(orphan) == 1 and not orphan[0].metadata.owner_references and not orphan[0].metadata.finalizers
 
 
+def test_a_foreground_delete_waits_for_the_jobs_pods(cluster: TestCluster, batch: client.BatchV1Api,
+                                                       v1: client.CoreV1Api) -> None:
+    batch.create_namespaced_job("default", as_body(job("fore", "slow", parallelism=2)))
+    wait_until(lambda: len(pods_of(v1, "fore")) == 2, what="two pods")
+    done = cluster.kubectl("delete", "job", "fore", "--cascade=foreground", "--wait=true", timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert not pods_of(v1, "fore")
+    assert not batch.list_namespaced_job("default").items
+
+
 def test_a_finished_job_with_a_ttl_is_deleted_with_its_pods(cluster: TestCluster, batch: client.BatchV1Api,
                                                             v1: client.CoreV1Api) -> None:
     batch.create_namespaced_job("default", as_body(job("brief", "ok", ttlSecondsAfterFinished=1)))
