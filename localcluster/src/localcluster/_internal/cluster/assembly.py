@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from localcluster._internal.admission import podsecurity
+from localcluster._internal.admission import podsecurity, priority
 from localcluster._internal.apiserver.api import ApiServer
 from localcluster._internal.apiserver.faults import Fault, Faults
 from localcluster._internal.apiserver.subresources import Subresources
@@ -175,7 +175,8 @@ class LocalCluster:
         self.ca_path.write_bytes(self.ca_cert_pem)
         self._seed()
         self.controllers = Controllers(store=self.store, runtime=self.runtime, pod_security=self.pod_security,
-                                       event_ttl=self.spec.event_ttl, admit_handlers=[nodeshutdown.refusal])
+                                       event_ttl=self.spec.event_ttl, admit_handlers=[nodeshutdown.refusal],
+                                       job_backoff=self.spec.job_backoff)
         self.controllers.start()
         access = Access(store=self.store, tokens=self.tokens)
         subresources = Subresources(store=self.store, access=access, controllers=self.controllers,
@@ -261,6 +262,8 @@ class LocalCluster:
                                        "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                                   "targetPort": 6443}], "sessionAffinity": "None"},
                               "status": {"loadBalancer": {}}})
+        for pc in priority.system_class_objects():
+            s.create("priorityclasses.scheduling.k8s.io", pc)
         renewed = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         gpu_nodes = [node_object(i, gpus, self.spec) for i, gpus in enumerate(self.spec.nodes, start=1)]
         first_cpu = len(self.spec.nodes) + 1

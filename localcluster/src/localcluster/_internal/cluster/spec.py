@@ -57,6 +57,9 @@ class ClusterSpec:
     # images no registry has (fnmatch on the repository path): their pulls fail, ErrImagePull then
     # ImagePullBackOff, on both runtimes (the process runtime also fails every image its map does not name)
     missing_images: tuple[str, ...] = ()
+    # the Job controller's back-off before it replaces a failed pod (DefaultJobPodFailureBackOff: 10 s,
+    # doubling per failure up to 10 min); tests shorten it
+    job_backoff: float = 10.0
 
 
 def pod_cidr(index: int) -> str:

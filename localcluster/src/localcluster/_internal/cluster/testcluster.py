@@ -158,7 +158,7 @@ class TestCluster:
     @property
     def sim(self) -> SimRuntime:
         """The simulated kubelets, for their hooks (exit_container, set_ready, append_log, rotate_log,
-        fail_node: coroutines to run with `call`); a cluster of another runtime has none."""
+        fail_node, container_env: coroutines to run with `call`); a cluster of another runtime has none."""
         if not isinstance(self.cluster.runtime, SimRuntime):
             raise TypeError(f"this cluster runs pods with {type(self.cluster.runtime).__name__}, not the "
                             "simulated runtime (runtime='sim')")

@@ -21,7 +21,9 @@ from localcluster._internal.admission.plugins import AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
 from localcluster._internal.controllers.collector import GarbageCollector
+from localcluster._internal.controllers.disruptioncontroller import DisruptionController
 from localcluster._internal.controllers.events import EventRecorder
+from localcluster._internal.controllers.jobcontroller import JobController
 from localcluster._internal.controllers.quotastatus import QuotaController
 from localcluster._internal.podspec.requests import TERMINAL_PHASES, holds_resources
 from localcluster._internal.storage.registry import BY_KEY, RESOURCES, Resource
@@ -46,7 +48,8 @@ def _later(seconds: float) -> str:
 class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
-                 event_ttl: float = 3600.0, admit_handlers: Sequence[AdmitHandler] = ()) -> None:
+                 event_ttl: float = 3600.0, admit_handlers: Sequence[AdmitHandler] = (),
+                 job_backoff: float = 10.0) -> None:
         self.store = store
         self.runtime = runtime
         self.admit_handlers = tuple(admit_handlers)
@@ -60,6 +63,10 @@ class Controllers:
         self._last_message: dict[str, str] = {}  # uid -> last FailedScheduling message
         self._schedule_wake = asyncio.Event()
         self.collector = GarbageCollector(store=store, delete=self.delete, after_update=self.after_update)
+        self.jobs = JobController(store=store, admission=self.admission, events=self.events,
+                                  delete=self.delete, after_update=self.after_update,
+                                  pod_failure_backoff=job_backoff)
+        self.disruption = DisruptionController(store=store, events=self.events)
         self._loops: list[asyncio.Task[Any]] = []
         self._usage: dict[str, nodefit.NodeUsage] = {}  # node -> what its resource-holding pods take
         store.add_listener(self._on_event)
@@ -67,7 +74,8 @@ class Controllers:
     def start(self) -> None:
         self._loops = [asyncio.ensure_future(self._scheduler_loop()),
                        asyncio.ensure_future(self.collector.run()),
-                       asyncio.ensure_future(self.quotas.run()), asyncio.ensure_future(self.events.run())]
+                       asyncio.ensure_future(self.quotas.run()), asyncio.ensure_future(self.events.run()),
+                       asyncio.ensure_future(self.jobs.run()), asyncio.ensure_future(self.disruption.run())]
 
     async def stop(self) -> None:
         for task in [*self._loops, *self._tasks]:

@@ -170,8 +170,19 @@ class ProcessRuntime:
         await run.cancel_setup()
         await self._kill_containers(run, grace_seconds)
         await run.cancel_all()
+        await self._report_stopped(run)
         await self._release(run)
         self.pods.pop(run.uid, None)
+
+    async def _report_stopped(self, run: PodRun) -> None:
+        """A pod that finalizers keep in the store ends as the kubelet reports a deleted pod: its terminal
+        phase and its containers' exit codes (kubelet 1.27+ sets them before the pod is removed)."""
+        current = self.host.get("pods", run.namespace, run.name)
+        if current is None or current["metadata"].get("uid") != run.uid or not current["metadata"].get(
+                "finalizers"):
+            return
+        await self.host.update_pod_status(run.namespace, run.name,
+                                          run.status((current.get("status") or {}).get("conditions") or []))
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
                    tail_lines: int | None, timestamps: bool = False,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localcluster._internal.runtime import kubeletevents as ke
+from localcluster._internal.runtime import podenv
 from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.imagepulls import ImageManager, PullSettings
 from localcluster._internal.runtime.logs import MemoryLog as _Log
@@ -39,6 +40,7 @@ RETRY_SECONDS = 1.0      # how soon a pod worker syncs a pod again after an erro
 LOST_MESSAGE = "The container could not be located when the pod was terminated"
 
 Obj = dict[str, Any]
+_KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 Predicate = Callable[[Obj], bool]
 
 
@@ -287,11 +289,34 @@ class SimRuntime:
         for c in sim.containers:
             if "running" in c.state:
                 await self._events(sim.pod, c.name, ke.stopping(c.name))
+        await self._report_stopped(sim, grace_seconds)
         self._release_ip(sim.node, sim.ip)
         for c in sim.containers:
             log = self._logs.pop((key[0], key[1], c.name), None)
             if log is not None:
                 log.close()
+
+    async def _report_stopped(self, sim: _Pod, grace_seconds: float) -> None:
+        """A pod that finalizers keep in the store ends as the kubelet reports a deleted pod (terminal phase
+        before removal, kubelet 1.27+): each running container dies of the SIGTERM (143), or of the SIGKILL
+        (137) without a grace period."""
+        assert self.host is not None
+        current = self.host.get("pods", sim.namespace, sim.name)
+        if current is None or current["metadata"].get("uid") != sim.uid or not current["metadata"].get(
+                "finalizers") or sim.phase in ("Succeeded", "Failed"):
+            return
+        now = _now()
+        for c in sim.containers:
+            if "running" in c.state:
+                c.state = {"terminated": {"exitCode": 143 if grace_seconds > 0 else 137, "reason": "Error",
+                                          "startedAt": c.started_at, "finishedAt": now}}
+            c.ready = False
+        codes = [c.state.get("terminated", {}).get("exitCode", 1) for c in sim.containers]
+        sim.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        # conditions the kubelet does not own (PodScheduled, DisruptionTarget) stay as they are
+        keep = [c for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") not in _KUBELET_CONDITIONS]
+        await self._report(sim, keep=keep)
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
                    tail_lines: int | None, timestamps: bool = False,
@@ -409,6 +434,22 @@ class SimRuntime:
             if (ns, pod) == (namespace, name) and container in (None, ctr):
                 log.rotate()
 
+    async def container_env(self, namespace: str, name: str, container: str | None = None) -> dict[str, str]:
+        """Test hook: the environment the kubelet would give the container as it started (HOSTNAME, the API
+        server's KUBERNETES_SERVICE_*, envFrom, env with $(VAR) expansion and the downward API), computed as
+        the process runtime computes it; the simulated runtime starts no process to read it from. Raises
+        podenv.NotReadyYet for a Secret or ConfigMap key that is missing."""
+        sim = self._pods[(namespace, name)]
+        spec = sim.pod.get("spec") or {}
+        ctr = next(c for c in spec.get("containers") or [] if container in (None, c.get("name")))
+        assert self.host is not None
+        node = self.host.get("nodes", None, sim.node) or {}
+        base = {"HOSTNAME": podenv.pod_hostname(sim.pod)[0], "KUBERNETES_SERVICE_HOST": self.host.api_host,
+                "KUBERNETES_SERVICE_PORT": str(self.host.api_port)}
+        return podenv.container_env(pod=sim.pod, container=ctr, get=self.host.get, image_env=(), base=base,
+                                    pod_ip=sim.ip, host_ip=self._host_ip(sim.node),
+                                    allocatable=(node.get("status") or {}).get("allocatable") or {})
+
     def running(self) -> list[tuple[str, str]]:
         """(namespace, name) of every pod the runtime holds."""
         return sorted(self._pods)
@@ -425,9 +466,11 @@ class SimRuntime:
         if log is not None:
             log.close()
 
-    async def _report(self, sim: _Pod, *, start: bool = False) -> None:
+    async def _report(self, sim: _Pod, *, start: bool = False, keep: list[Obj] | None = None) -> None:
+        """`keep`: the conditions that are not the kubelet's to report (default: PodScheduled)."""
         assert self.host is not None
         now = _now()
+        others = sim.conditions_base if keep is None else keep
         all_ready = all(c.ready for c in sim.containers) and sim.phase == "Running"
         sandbox = sim.phase in ("Pending", "Running")
         flag = "True" if all_ready else "False"
@@ -437,7 +480,9 @@ class SimRuntime:
             {"type": "Initialized", "status": "True", "lastProbeTime": None, "lastTransitionTime": now},
             {"type": "Ready", "status": flag, "lastProbeTime": None, "lastTransitionTime": now},
             {"type": "ContainersReady", "status": flag, "lastProbeTime": None, "lastTransitionTime": now},
-            *sim.conditions_base, *sim.extra_conditions]
+            # the kubelet's own (DisruptionTarget on a node shutdown) win over a kept one of the same type
+            *[c for c in others if c.get("type") not in {x.get("type") for x in sim.extra_conditions}],
+            *sim.extra_conditions]
         if not all_ready:
             done = sim.phase in ("Succeeded", "Failed")
             unready = [c.name for c in sim.containers if not c.ready]
