@@ -11,7 +11,7 @@ pods that are either simulated (thousands, steerable by tests) or real processes
 
 Everything a user needs is exported here (`__all__`); `localcluster._internal` is not an API. The pytest
 fixtures are in `localcluster.pytest_plugin` (loaded by pytest on its own); the CLI is `localcluster
-up|status|down`. See the package's README.md.
+up|status|fault|down`. See the package's README.md.
 """
 
 from localcluster._internal.apimachinery.quantity import parse_quantity
@@ -20,6 +20,7 @@ from localcluster._internal.cluster.assembly import LocalCluster
 from localcluster._internal.cluster.daemon import serve_command, start_daemon
 from localcluster._internal.cluster.spec import ClusterSpec
 from localcluster._internal.cluster.testcluster import (
+    ApiOutage,
     ClientFactory,
     RawResponse,
     TestCluster,
@@ -27,20 +28,30 @@ from localcluster._internal.cluster.testcluster import (
     start_cluster,
     wait_until,
 )
+from localcluster._internal.doubles.apioutage import MODES as API_OUTAGE_MODES
+from localcluster._internal.doubles.apioutage import Outage
+from localcluster._internal.doubles.nodeshutdown import NodeShutdown, PodKill, ShutdownGroup
 from localcluster._internal.errors import InvalidInput, InvalidQuantity, LocalClusterError, StartFailed
 from localcluster._internal.podspec.requests import pod_requests
+from localcluster._internal.runtime.imagepulls import PullTime
 from localcluster._internal.runtime.images import ImageMap, ImageMapping, ImageNotFound
 from localcluster._internal.runtime.nodelink import TCP_PAYLOAD_SHARE, NodeLink, parse_node_link
 from localcluster._internal.runtime.process import ProcessRuntime
+from localcluster._internal.runtime.processfaults import ProcessFault
 from localcluster._internal.runtime.sim import Behavior, Predicate, SimRuntime
 
 # What each name is for: a cluster started and stopped (ClusterSpec, LocalCluster, TestCluster, start_cluster,
 # wait_until, kubectl_path), or as a background process (serve_command, start_daemon); the pod runtimes and
 # their switches (SimRuntime, Behavior, Predicate, ProcessRuntime, NodeLink, parse_node_link); the images the
-# process runtime can run (ImageMap, ImageMapping); injected API faults (Fault); the errors; and Kubernetes'
-# resource rules as the cluster applies them (pod_requests, parse_quantity), to hold other implementations to.
+# process runtime can run (ImageMap, ImageMapping) and how long pulls take (PullTime); injected API faults
+# (Fault) and production faults (API_OUTAGE_MODES, Outage and a test's ApiOutage handle on one; ProcessFault,
+# what freeze/throttle did; NodeShutdown, ShutdownGroup, PodKill, what a graceful node shutdown did); the
+# errors; and Kubernetes' resource rules as the cluster applies them (pod_requests, parse_quantity), to hold
+# other implementations to.
 __all__ = [
+    "API_OUTAGE_MODES",
     "TCP_PAYLOAD_SHARE",
+    "ApiOutage",
     "Behavior",
     "ClientFactory",
     "ClusterSpec",
@@ -53,9 +64,15 @@ __all__ = [
     "LocalCluster",
     "LocalClusterError",
     "NodeLink",
+    "NodeShutdown",
+    "Outage",
+    "PodKill",
     "Predicate",
+    "ProcessFault",
     "ProcessRuntime",
+    "PullTime",
     "RawResponse",
+    "ShutdownGroup",
     "SimRuntime",
     "StartFailed",
     "TestCluster",

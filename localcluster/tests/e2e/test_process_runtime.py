@@ -542,8 +542,11 @@ os.execvp(sys.argv[3], sys.argv[3:])
 """
 
 
-def as_nobody(*command: str) -> list[str]:
-    return [PY, "-I", "-S", "-c", REVEALED, str(SANDBOX.parent), ":".join(image_directories()),
+def as_nobody(*command: str, reveal: tuple[Path, ...] = ()) -> list[str]:
+    """`command` as `nobody`, shown the interpreter and its environment and, besides, `reveal` (e.g. these
+    tests, which a checkout under a 0700 directory would hide from it)."""
+    shown = [*image_directories(), *map(str, reveal)]
+    return [PY, "-I", "-S", "-c", REVEALED, str(SANDBOX.parent), ":".join(shown),
             "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", *command]
 
 
@@ -552,7 +555,8 @@ def test_without_root_pods_get_loopback_addresses_and_user_namespaces(tmp_path: 
     try:
         os.chown(state, 65534, 65534)
         here = Path(__file__).parent
-        run = subprocess.run(as_nobody(PY, "-c", NON_ROOT_SCRIPT, str(state), str(here), str(here.parent)),
+        run = subprocess.run(as_nobody(PY, "-c", NON_ROOT_SCRIPT, str(state), str(here), str(here.parent),
+                                       reveal=(here.parent,)),
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "HOME": str(state)})
         assert run.returncode == 0, run.stderr

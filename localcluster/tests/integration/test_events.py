@@ -42,7 +42,8 @@ def test_describe_shows_the_scheduler_and_the_kubelet_in_order(local_cluster_fac
             "Normal",
             "Pulled",
             "kubelet",
-            'spec.containers{main}: Container image "nginx:1.25" already present on machine',
+            'spec.containers{main}: Container image "nginx:1.25" already present on machine and can be '
+            "accessed by the pod",
         ),
         ("Normal", "Created", "kubelet", "spec.containers{main}: Created container: main"),
         ("Normal", "Started", "kubelet", "spec.containers{main}: Started container main"),

@@ -10,6 +10,7 @@ import pytest
 
 from localcluster import ImageMap, InvalidInput
 from localcluster._internal.cluster.spec import ClusterSpec, runtime_options
+from localcluster._internal.runtime.imagepulls import PullSettings
 from localcluster._internal.runtime.netns import ClusterNetwork, node_bridge_name, uplink_names
 from localcluster._internal.runtime.nodelink import NodeLink, parse_node_link, shaping_batch
 
@@ -67,7 +68,7 @@ def test_a_node_link_needs_the_process_runtime_and_network_namespaces() -> None:
         runtime_options(ClusterSpec(runtime="sim", node_link="1gbit"))
     assert runtime_options(ClusterSpec(runtime="process", node_link="1gbit",
                                        runtime_options={"network": "netns"})) == {
-        "network": "netns", "node_link": "1gbit", "images": ImageMap()}
+        "network": "netns", "node_link": "1gbit", "images": ImageMap(), "pulls": PullSettings()}
     with pytest.raises(InvalidInput, match="node links need the netns network mode"):
         ClusterNetwork(mode="loopback", node_link=parse_node_link("1gbit"))
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import itertools
+import uuid
 from typing import Any
+
+from localcluster._internal.admission import jobs
 
 Obj = dict[str, Any]
 
@@ -27,6 +30,10 @@ def _container(container: Obj) -> None:
             requests.setdefault(name, value)
     for port in container.get("ports") or []:
         port.setdefault("protocol", "TCP")
+    for var in container.get("env") or []:
+        ref = (var.get("valueFrom") or {}).get("fieldRef") if isinstance(var, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
 
 
 def pod(obj: Obj) -> None:
@@ -39,8 +46,7 @@ def pod(obj: Obj) -> None:
     spec.setdefault("serviceAccountName", spec.get("serviceAccount") or "default")
     spec.setdefault("serviceAccount", spec["serviceAccountName"])
     spec.setdefault("enableServiceLinks", True)
-    spec.setdefault("priority", 0)
-    spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    # spec.priority and spec.preemptionPolicy are the Priority admission plugin's (admission/priority.py)
     tolerations = spec.setdefault("tolerations", [])
     present = {(t.get("key"), t.get("effect")) for t in tolerations if isinstance(t, dict)}
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
@@ -96,8 +102,41 @@ def pvc(obj: Obj) -> None:
                      "capacity": ((spec.get("resources") or {}).get("requests") or {"storage": "1Gi"})}
 
 
+def pod_template_spec(spec: Obj) -> None:
+    """SetDefaults_PodSpec and SetDefaults_Container, which apply to a template too (the pod-only defaults,
+    service account, tolerations and priority, come with the pod's own admission)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("securityContext", {})
+    for c in list(spec.get("containers") or []) + list(spec.get("initContainers") or []):
+        if isinstance(c, dict):
+            _container(c)
+
+
+def job(obj: Obj) -> None:
+    """The registry gives a job its uid before PrepareForCreate, which writes it into the generated selector
+    and labels (the store keeps a uid it is handed)."""
+    obj["metadata"].setdefault("uid", str(uuid.uuid4()))
+    template = obj.setdefault("spec", {}).setdefault("template", {})
+    pod_template_spec(template.setdefault("spec", {}))
+    jobs.default(obj)
+
+
+def priority_class(obj: Obj) -> None:
+    obj.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def disruption_budget(obj: Obj) -> None:
+    # PrepareForCreate resets the status; its integers are not omitempty
+    obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+
+
 APPLY = {"pods": pod, "namespaces": namespace, "secrets": secret, "services": service,
-         "persistentvolumeclaims": pvc}
+         "persistentvolumeclaims": pvc, "jobs.batch": job,
+         "priorityclasses.scheduling.k8s.io": priority_class,
+         "poddisruptionbudgets.policy": disruption_budget}
 
 
 def apply(resource_key: str, obj: Obj) -> None:

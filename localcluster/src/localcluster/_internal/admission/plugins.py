@@ -1,7 +1,7 @@
 """The admission plugins that run after a write has been decoded, defaulted and validated, in the real
 server's order (kube-apiserver's AllOrderedPlugins):
 
-    LimitRanger (defaults, then min/max)  ->  ServiceAccount  ->  PodSecurity  ->  ResourceQuota
+    LimitRanger (defaults, then min/max)  ->  ServiceAccount  ->  Priority  ->  PodSecurity  ->  ResourceQuota
 
 then, for a pod, what the pod strategy sets on create (status.qosClass, from the requests and limits the
 plugins have left). Refusals raise the real 403 (or 422 for bad Pod Security labels); `create` and `update`
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
-from localcluster._internal.admission import limitranges, podsecurity, quota
+from localcluster._internal.admission import limitranges, podsecurity, priority, quota
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.apimachinery.fielderrors import status_invalid
 from localcluster._internal.auth.identity import UserInfo
@@ -25,6 +25,7 @@ from localcluster._internal.storage.store import Store
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("localcluster.audit")  # Pod Security's audit mode: there is no audit log here
 Obj = dict[str, Any]
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
 
 
 def _name(obj: Obj) -> str:
@@ -58,6 +59,8 @@ class AdmissionPlugins:
             return []
         if r.key == "limitranges":
             limitranges.default_limit_range(obj)
+        if r.key == PRIORITY_CLASSES:
+            self._admit_priority_class(obj, creating=True)
         warnings: list[str] = []
         if r.key == "pods":
             warnings = self._admit_pod(obj)
@@ -80,6 +83,11 @@ class AdmissionPlugins:
             raise st.forbidden(f'pods "{name}" is forbidden: error looking up service account '
                                f'{namespace}/{sa}: serviceaccount "{sa}" not found', resource="pods",
                                name=name)
+        # Priority (mutating) before PodSecurity (validating), as kube-apiserver runs its phases
+        classes = {pc["metadata"]["name"]: pc for pc in self.store.objects(PRIORITY_CLASSES)}
+        why = priority.admit_pod(pod, classes)
+        if why:
+            raise st.forbidden(f'pods "{name}" is forbidden: {why}', resource="pods", name=name)
         return self._pod_security(pod, name, namespace)
 
     def _pod_security(self, pod: Obj, name: str, namespace: str) -> list[str]:
@@ -103,11 +111,20 @@ class AdmissionPlugins:
 
     # ---- update --------------------------------------------------------------------------------------------
     def update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> list[str]:
+        if r.key == PRIORITY_CLASSES:
+            self._admit_priority_class(obj, creating=False)
         if r.key == "namespaces":
             return self._namespace_update(obj, current)
         if r.key == "pods" and podsecurity.significant_update(obj, current):
             return self._pod_security(obj, _name(obj), obj["metadata"]["namespace"])
         return []
+
+    def _admit_priority_class(self, pc: Obj, *, creating: bool) -> None:
+        why = priority.admit_class(pc, self.store.objects(PRIORITY_CLASSES), creating=creating)
+        if why:
+            name = _name(pc)
+            raise st.forbidden(f'priorityclasses.scheduling.k8s.io "{name}" is forbidden: {why}',
+                               resource="priorityclasses", name=name, group="scheduling.k8s.io")
 
     def _check_labels(self, obj: Obj, old: Obj | None = None) -> podsecurity.Policy:
         labels = (obj.get("metadata") or {}).get("labels") or {}

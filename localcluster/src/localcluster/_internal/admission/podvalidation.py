@@ -19,7 +19,7 @@ from localcluster._internal.apimachinery.fielderrors import (
     port_causes,
     required,
 )
-from localcluster._internal.apimachinery.names import dns1123_label_errors
+from localcluster._internal.apimachinery.names import dns1123_label_errors, label_key_errors
 from localcluster._internal.apimachinery.quantity import format_quantity, parse_quantity
 from localcluster._internal.errors import InvalidQuantity
 
@@ -101,9 +101,36 @@ def _container_causes(path: str, containers: list[Mapping[str, Any]], seen: set[
         for j, env in enumerate(container.get("env") or []):
             if not env.get("name"):
                 causes.append(required(f"{here}.env[{j}].name"))
+            ref = (env.get("valueFrom") or {}).get("fieldRef")
+            if isinstance(ref, dict):
+                causes += _field_ref_causes(f"{here}.env[{j}].valueFrom.fieldRef", ref)
         for j, port in enumerate(container.get("ports") or []):
             causes += port_causes(f"{here}.ports[{j}].containerPort", port.get("containerPort"))
     return causes
+
+
+# validEnvDownwardAPIFieldPathExpressions (pkg/apis/core/validation, v1.37), and the two subscripted maps
+ENV_FIELD_PATHS = ("metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                   "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+                   "status.podIPs")
+_SUBSCRIPTED = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
+
+
+def _field_ref_causes(path: str, ref: Mapping[str, Any]) -> list[Cause]:
+    """validateObjectFieldSelector for an env var: a known path, or a label/annotation by a valid key."""
+    field_path = str(ref.get("fieldPath") or "")
+    if not field_path:
+        return [required(f"{path}.fieldPath")]
+    if ref.get("apiVersion") not in (None, "", "v1"):
+        return [invalid(f"{path}.fieldPath", field_path,
+                        f"error converting fieldPath: unsupported pod version: {ref.get('apiVersion')}")]
+    match = _SUBSCRIPTED.match(field_path)
+    if match is not None:
+        key = match.group(2).lower() if match.group(1) == "annotations" else match.group(2)
+        return [invalid(path, key, m) for m in label_key_errors(key)]
+    if field_path in ENV_FIELD_PATHS:
+        return []
+    return [not_supported(f"{path}.fieldPath", field_path, sorted(ENV_FIELD_PATHS))]
 
 
 def validate_pod_spec(spec: Mapping[str, Any], path: str = "spec") -> list[Cause]:

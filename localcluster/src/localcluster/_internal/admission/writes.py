@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from localcluster._internal.admission import validation
+from localcluster._internal.admission import disruptionbudgets, jobs, priority, validation
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.auth import escalation, rbac
 from localcluster._internal.auth.identity import UserInfo
@@ -35,13 +35,24 @@ def _mutable_pod_view(spec: Obj) -> Obj:
     return view
 
 
+def _workload_causes(r: Resource, obj: Obj, current: Obj | None) -> list[validation.Cause]:
+    """The workload kinds' own rules (admission/jobs.py, disruptionbudgets.py, priority.py)."""
+    if r.key == "jobs.batch":
+        return jobs.validate(obj) if current is None else jobs.update_causes(obj, current)
+    if r.key == "poddisruptionbudgets.policy":
+        return disruptionbudgets.validate(obj)
+    if r.key == "priorityclasses.scheduling.k8s.io":
+        return priority.validate_class(obj) if current is None else priority.update_causes(obj, current)
+    return []
+
+
 def validate(r: Resource, obj: Obj, current: Obj | None) -> None:
     """Raise the 400 or 422 Status the real server would answer for this object, if any."""
     message = validation.decode_error(r.plural, obj)
     if message:
         raise st.bad_request(message)
     name = str(obj.get("metadata", {}).get("name") or obj.get("metadata", {}).get("generateName") or "")
-    causes = validation.validate(r.plural, obj)
+    causes = validation.validate(r.plural, obj) + _workload_causes(r, obj, current)
     if causes:
         _raise(r, name, causes)
     if current is None:

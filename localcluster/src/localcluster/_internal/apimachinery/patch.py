@@ -82,6 +82,10 @@ SCHEMAS: dict[str, Mapping[str, Field]] = {
     "ServiceAccount": {**_META, "secrets": Field("merge", "name"),
                        "imagePullSecrets": Field("merge", "name")},
     "Namespace": {**_META, "status": Field(schema={"conditions": Field("merge", "type")})},
+    "Job": {**_META, "spec": Field(schema={"template": Field(schema={"spec": Field(schema=_POD_SPEC)})}),
+            "status": Field(schema={"conditions": Field("merge", "type")})},
+    "PodDisruptionBudget": {**_META, "spec": Field(schema={"selector": Field("replace")}),
+                            "status": Field(schema={"conditions": Field("merge", "type")})},
 }
 
 

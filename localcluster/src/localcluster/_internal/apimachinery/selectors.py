@@ -278,8 +278,9 @@ _FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     "secrets": {"type": ("type",)},
     "nodes": {"spec.unschedulable": ("spec", "unschedulable")},
     "namespaces": {"status.phase": ("status", "phase")},
+    "jobs": {"status.successful": ("status", "succeeded")},
 }
-CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "clusterroles", "clusterrolebindings"})
+CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "clusterroles", "clusterrolebindings", "priorityclasses"})
 
 
 def supported_field_labels(resource: str) -> frozenset[str]:
@@ -304,6 +305,8 @@ def field_values(resource: str, obj: Mapping[str, Any]) -> dict[str, str]:
         value = _get(obj, *path)
         if label == "spec.unschedulable" and value == "":
             value = "false"
+        if label == "status.successful" and value == "":
+            value = "0"
         out[label] = value
     return out
 

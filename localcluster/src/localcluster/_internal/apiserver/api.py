@@ -60,7 +60,8 @@ CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 
 class ApiServer:
     def __init__(self, *, store: Store, access: Access, controllers: Controllers, subresources: Subresources,
-                 faults: Faults, server_address: str, bookmark_interval: float = 5.0) -> None:
+                 faults: Faults, server_address: str, bookmark_interval: float = 5.0,
+                 gate: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None) -> None:
         self.store = store
         self.access = access
         self.controllers = controllers
@@ -70,6 +71,8 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.ready = True
         self.requests = 0
+        # asked first about every request: an answer of its own (an API outage, doubles/apioutage.py) or None
+        self.gate = gate
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY + 1024)
@@ -79,6 +82,8 @@ class ApiServer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.requests += 1
         try:
+            if self.gate is not None and (answer := await self.gate(request)) is not None:
+                return answer
             return await self._handle(request)
         except st.ApiStatus as error:
             return status_response(error)
@@ -104,6 +109,7 @@ class ApiServer:
         target = parse_target(path)
         if target is None:
             return non_resource(request, user, access=self.access, server_address=self.server_address)
+        _check_accept(request.headers.get("Accept", ""))
         verb = verb_of(request.method, target, query)
         attrs = Attributes(verb=verb, group=target.resource.group, resource=target.resource.plural,
                            subresource=target.subresource or "", namespace=target.namespace or "",
@@ -330,19 +336,21 @@ class ApiServer:
                               "Precondition failed: ResourceVersion in precondition: "
                               f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                               f"{current['metadata']['resourceVersion']}")
+        warnings = _default_propagation(r, options)
         if request.query.get("dryRun") == "All":
-            return json_response(current)
+            return with_warnings(json_response(current), warnings)
         result, immediate = self.controllers.delete(r, current, options)
         if r.key in ("pods", "namespaces") or not immediate:
-            return json_response(result)
-        return json_response(st.success(resource=r.plural, name=target.name, group=r.group,
-                                         uid=current["metadata"]["uid"]))
+            return with_warnings(json_response(result), warnings)
+        return with_warnings(json_response(st.success(resource=r.plural, name=target.name, group=r.group,
+                                                      uid=current["metadata"]["uid"])), warnings)
 
     async def _delete_collection(self, request: web.Request, target: Target,
                                  user: UserInfo) -> web.StreamResponse:
         r = target.resource
         query = parse_list_query(r, request.query)
         options = await delete_options(request)
+        warnings = _default_propagation(r, options)
         items, _ = self._select(target, ListQuery(query.labels, query.fields, query.label_text,
                                                   query.field_text, None, None, None))
         deleted = []
@@ -352,7 +360,33 @@ class ApiServer:
                 continue
             result, _ = self.controllers.delete(r, current, options)
             deleted.append(result)
-        return json_response({"kind": f"{r.kind}List", "apiVersion": r.api_version,
-                              "metadata": {"resourceVersion": str(self.store.resource_version)},
-                              "items": deleted})
+        return with_warnings(json_response({"kind": f"{r.kind}List", "apiVersion": r.api_version,
+                                            "metadata": {"resourceVersion": str(self.store.resource_version)},
+                                            "items": deleted}), warnings)
+
+
+JOB_DELETE_WARNING = ("child pods are preserved by default when jobs are deleted; set "
+                      "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to "
+                      "suppress this warning")
+
+
+def _default_propagation(r: Resource, options: dict[str, Any]) -> list[str]:
+    """batch/v1 Jobs orphan their pods unless told otherwise (the job registry's
+    DefaultGarbageCollectionPolicy, kept for compatibility), and the server says so (pkg/registry/batch/job/
+    storage/storage.go deleteOptionWarnings)."""
+    chosen = options.get("propagationPolicy") or options.get("orphanDependents") is not None
+    if r.key != "jobs.batch" or chosen:
+        return []
+    options["propagationPolicy"] = "Orphan"
+    return [JOB_DELETE_WARNING]
+
+
+def _check_accept(accept: str) -> None:
+    """Answers are JSON: a client that takes only protobuf (kubectl's typed clients also take JSON) gets the
+    real server's 406 for a media type it cannot produce."""
+    types = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    if types != {"application/vnd.kubernetes.protobuf"}:
+        return
+    raise st.ApiStatus(406, "NotAcceptable",
+                       "only the following media types are accepted: application/json, application/yaml")
 

@@ -1,18 +1,23 @@
 """Decoding the Kubernetes protobuf request bodies kubectl's typed clients send (`kubectl auth can-i`,
-`create token`, `create namespace|secret|configmap|serviceaccount|role|...`, `drain`).
+`create token|namespace|secret|configmap|serviceaccount|role|job|quota|service|poddisruptionbudget|
+priorityclass`, `drain`, `debug --copy-to`).
 
 kubectl 1.37 encodes request bodies of built-in types as `application/vnd.kubernetes.protobuf` and, unlike
 for CBOR, never falls back to JSON, so the server must read them. Answers stay JSON (kubectl accepts both).
-Only the message types listed in SCHEMAS are understood; their field numbers are those of k8s.io/api's
-generated.proto.
-A body of another kind answers 415 as a server without that type would.
+The wire format is decoded in general (varints, length-delimited fields, packed repeated integers, the
+runtime.Unknown envelope behind the `k8s\\0` magic); what each field is comes from protoschema.py, the
+field numbers of k8s.io/api's generated.proto. A body of another kind answers 415 as a server without that
+type would; a field the schema lacks is refused rather than dropped, unless it holds its Go default.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import struct
 from typing import Any
+
+from localcluster._internal.apiserver.protoschema import KINDS, MESSAGES, SCALARS
 
 MAGIC = b"k8s\x00"
 Schema = dict[int, tuple[str, str, Any]]  # field number -> (json name, type, nested schema or None)
@@ -65,7 +70,38 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def _scalar(kind: str, value: Any) -> Any:
+def _zero(wire: int, value: Any) -> bool:
+    """The wire value of a Go default (0, false, "", a message of defaults only, as a status nobody filled
+    in), which JSON would have omitted."""
+    if wire == 0:
+        return bool(value == 0)
+    if wire in (1, 5):
+        return not any(bytes(value))
+    if len(value) == 0:
+        return True
+    try:
+        return all(_zero(w, v) for _n, w, v in _fields(bytes(value)))
+    except ProtobufError:
+        return False
+
+
+def _time(data: bytes) -> str | None:
+    parts = decode_message("Time", data)
+    seconds = int(parts.get("seconds") or 0)
+    if seconds == 0 and not parts.get("nanos"):
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _int_or_string(data: bytes) -> int | str:
+    values = {n: v for n, _w, v in _fields(data)}
+    if int(values.get(1, 0)) == 1:
+        return bytes(values.get(3, b"")).decode("utf-8")
+    return _signed(int(values.get(2, 0)))
+
+
+def _value(kind: str, wire: int, value: Any, owner: str, number: int) -> Any:
+    """One field's JSON value."""
     if kind == "string":
         return bytes(value).decode("utf-8")
     if kind == "bytes":
@@ -74,116 +110,79 @@ def _scalar(kind: str, value: Any) -> Any:
         return _signed(int(value))
     if kind == "bool":
         return bool(value)
-    raise ProtobufError(f"unknown scalar type {kind}")
+    if kind == "double":
+        return struct.unpack("<d", bytes(value))[0]
+    if kind == "quantity":
+        return bytes(dict((n, v) for n, _w, v in _fields(value)).get(1, b"")).decode("utf-8")
+    if kind == "time":
+        return _time(value)
+    if kind == "intorstring":
+        return _int_or_string(value)
+    if kind in MESSAGES:
+        return decode_message(kind, value)
+    raise ProtobufError(f"field {number} of {owner} has the unknown type {kind}")
 
 
-def decode(schema: Schema, data: bytes) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for number, _wire, value in _fields(data):
-        if number not in schema:
-            continue
-        name, kind, nested = schema[number]
-        if kind == "message":
-            out[name] = decode(nested, value)
-        elif kind == "time":
-            parts = decode({1: ("seconds", "int", None)}, value)
-            out[name] = datetime.datetime.fromtimestamp(parts.get("seconds", 0), datetime.UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")
-        elif kind == "quantity":
-            out[name] = decode({1: ("string", "string", None)}, value).get("string", "")
-        elif kind.startswith("repeated:"):
-            item = kind.split(":", 1)[1]
-            element = decode(nested, value) if item == "message" else _scalar(item, value)
-            out.setdefault(name, []).append(element)
-        elif kind.startswith("map:"):
-            item = kind.split(":", 1)[1]
-            entry = {n: v for n, _w, v in _fields(value)}
-            key = _scalar("string", entry.get(1, b""))
-            raw = entry.get(2, b"")
-            out.setdefault(name, {})[key] = decode(nested, raw) if item == "message" else _scalar(item, raw)
-        else:
-            scalar = _scalar(kind, value)
-            # proto2 writes unset Go strings as "", which JSON would have omitted
-            if scalar != "" or kind != "string":
-                out[name] = scalar
+def _packed(data: bytes) -> list[int]:
+    out, pos = [], 0
+    while pos < len(data):
+        item, pos = _varint(data, pos)
+        out.append(_signed(item))
     return out
 
 
-def _s(name: str) -> tuple[str, str, None]:
-    return (name, "string", None)
+def decode_message(name: str, data: bytes) -> dict[str, Any]:
+    """The JSON form of one message of protoschema.MESSAGES. A field the schema does not know is refused
+    unless it carries its Go default (then JSON would not have shown it either)."""
+    schema = MESSAGES[name]
+    out: dict[str, Any] = {}
+    for number, wire, value in _fields(data):
+        field = schema.get(number)
+        if field is None:
+            if _zero(wire, value):
+                continue
+            raise ProtobufError(f"field {number} of {name} is not one the local cluster knows; send the "
+                                "object as JSON or YAML")
+        if field.kind.startswith("map:"):
+            entry = {n: v for n, _w, v in _fields(value)}
+            key = bytes(entry.get(1, b"")).decode("utf-8")
+            item_kind = field.kind[4:]
+            raw = entry.get(2, b"" if item_kind not in ("int", "bool") else 0)
+            out.setdefault(field.name, {})[key] = _value(item_kind, 2, raw, name, number)
+        elif field.repeated:
+            items = out.setdefault(field.name, [])
+            if field.kind == "int" and wire == 2:
+                items.extend(_packed(bytes(value)))
+            else:
+                items.append(_value(field.kind, wire, value, name, number))
+        elif field.inline:
+            out.update(decode_message(field.kind, value))
+        else:
+            decoded = _value(field.kind, wire, value, name, number)
+            plain = field.kind in ("string", "bytes")
+            default = len(value) == 0 if plain else _zero(wire, value)
+            if decoded is None or (field.kind in SCALARS and not field.keep_zero and default):
+                out.pop(field.name, None)
+                continue
+            out[field.name] = decoded
+    return out
 
 
-def _rs(name: str) -> tuple[str, str, None]:
-    return (name, "repeated:string", None)
-
-
-OWNER_REFERENCE: Schema = {1: _s("kind"), 3: _s("name"), 4: _s("uid"), 5: _s("apiVersion"),
-                           6: ("controller", "bool", None), 7: ("blockOwnerDeletion", "bool", None)}
-OBJECT_META: Schema = {1: _s("name"), 2: _s("generateName"), 3: _s("namespace"), 5: _s("uid"),
-                       6: _s("resourceVersion"),
-                       11: ("labels", "map:string", None), 12: ("annotations", "map:string", None),
-                       13: ("ownerReferences", "repeated:message", OWNER_REFERENCE), 14: _rs("finalizers")}
-OBJECT_REFERENCE: Schema = {1: _s("kind"), 2: _s("namespace"), 3: _s("name"), 4: _s("uid"),
-                            5: _s("apiVersion"), 6: _s("resourceVersion"), 7: _s("fieldPath")}
-POLICY_RULE: Schema = {1: _rs("verbs"), 2: _rs("apiGroups"), 3: _rs("resources"), 4: _rs("resourceNames"),
-                       5: _rs("nonResourceURLs")}
-SUBJECT: Schema = {1: _s("kind"), 2: _s("apiGroup"), 3: _s("name"), 4: _s("namespace")}
-ROLE_REF: Schema = {1: _s("apiGroup"), 2: _s("kind"), 3: _s("name")}
-BINDING: Schema = {1: ("metadata", "message", OBJECT_META), 2: ("subjects", "repeated:message", SUBJECT),
-                   3: ("roleRef", "message", ROLE_REF)}
-RESOURCE_ATTRIBUTES: Schema = {1: _s("namespace"), 2: _s("verb"), 3: _s("group"), 4: _s("version"),
-                               5: _s("resource"), 6: _s("subresource"), 7: _s("name")}
-NON_RESOURCE_ATTRIBUTES: Schema = {1: _s("path"), 2: _s("verb")}
-ACCESS_SPEC: Schema = {1: ("resourceAttributes", "message", RESOURCE_ATTRIBUTES),
-                       2: ("nonResourceAttributes", "message", NON_RESOURCE_ATTRIBUTES)}
-SUBJECT_ACCESS_SPEC: Schema = {**ACCESS_SPEC, 3: _s("user"), 4: _rs("groups"),
-                               5: ("extra", "map:message", {1: _rs("items")}), 6: _s("uid")}
-DELETE_OPTIONS: Schema = {1: ("gracePeriodSeconds", "int", None),
-                          2: ("preconditions", "message", {1: _s("uid"), 2: _s("resourceVersion")}),
-                          3: ("orphanDependents", "bool", None), 4: _s("propagationPolicy"), 5: _rs("dryRun")}
-_META = ("metadata", "message", OBJECT_META)
-
-SCHEMAS: dict[str, Schema] = {
-    "Namespace": {1: _META, 2: ("spec", "message", {1: _rs("finalizers")})},
-    "Secret": {1: _META, 2: ("data", "map:bytes", None), 3: _s("type"), 4: ("stringData", "map:string", None),
-               5: ("immutable", "bool", None)},
-    "ConfigMap": {1: _META, 2: ("data", "map:string", None), 3: ("binaryData", "map:bytes", None),
-                  4: ("immutable", "bool", None)},
-    "ServiceAccount": {1: _META, 2: ("secrets", "repeated:message", OBJECT_REFERENCE),
-                       3: ("imagePullSecrets", "repeated:message", {1: _s("name")}),
-                       4: ("automountServiceAccountToken", "bool", None)},
-    "Role": {1: _META, 2: ("rules", "repeated:message", POLICY_RULE)},
-    "ClusterRole": {1: _META, 2: ("rules", "repeated:message", POLICY_RULE)},
-    "RoleBinding": BINDING,
-    "ClusterRoleBinding": BINDING,
-    "TokenRequest": {1: _META, 2: ("spec", "message", {
-        1: _rs("audiences"), 4: ("expirationSeconds", "int", None),
-        3: ("boundObjectRef", "message", {1: _s("kind"), 2: _s("apiVersion"), 3: _s("name"),
-                                          4: _s("uid")})})},
-    "SelfSubjectAccessReview": {1: _META, 2: ("spec", "message", ACCESS_SPEC)},
-    "SubjectAccessReview": {1: _META, 2: ("spec", "message", SUBJECT_ACCESS_SPEC)},
-    "LocalSubjectAccessReview": {1: _META, 2: ("spec", "message", SUBJECT_ACCESS_SPEC)},
-    "SelfSubjectRulesReview": {1: _META, 2: ("spec", "message", {1: _s("namespace")})},
-    "SelfSubjectReview": {1: _META},
-    "Eviction": {1: _META, 2: ("deleteOptions", "message", DELETE_OPTIONS)},
-    "DeleteOptions": DELETE_OPTIONS,
-    "Binding": {1: _META, 2: ("target", "message", OBJECT_REFERENCE)},
-}
+ENVELOPE: dict[int, str] = {1: "typeMeta", 2: "raw", 3: "contentEncoding", 4: "contentType"}
 
 
 def decode_object(data: bytes) -> dict[str, Any] | None:
-    """The JSON form of a protobuf-encoded object; None when its kind is not one this server reads."""
+    """The JSON form of a protobuf-encoded object (the `k8s\\0` envelope, runtime.Unknown, around the
+    message); None when its kind is not one this server reads."""
     if not data.startswith(MAGIC):
         raise ProtobufError("missing the k8s protobuf envelope prefix")
-    envelope = decode({1: ("typeMeta", "message", {1: _s("apiVersion"), 2: _s("kind")}),
-                       2: ("raw", "bytes", None), 4: _s("contentType")}, data[len(MAGIC):])
-    type_meta = envelope.get("typeMeta") or {}
-    kind = type_meta.get("kind", "")
-    schema = SCHEMAS.get(kind)
-    if schema is None:
+    envelope = {ENVELOPE.get(n, ""): v for n, _w, v in _fields(data[len(MAGIC):])}
+    type_meta = {n: bytes(v).decode("utf-8") for n, _w, v in _fields(envelope.get("typeMeta", b""))}
+    kind, api_version = type_meta.get(2, ""), type_meta.get(1, "")
+    if kind not in KINDS:
         return None
-    obj = decode(schema, base64.b64decode(envelope.get("raw", "")))
+    obj = decode_message(kind, bytes(envelope.get("raw", b"")))
     obj["kind"] = kind
-    if type_meta.get("apiVersion"):
-        obj["apiVersion"] = type_meta["apiVersion"]
+    if api_version:
+        obj["apiVersion"] = api_version
     return obj

@@ -20,6 +20,7 @@ from localcluster._internal.apiserver.targets import Target, stored
 from localcluster._internal.auth import identity
 from localcluster._internal.auth.access import Access
 from localcluster._internal.auth.identity import UserInfo
+from localcluster._internal.controllers import disruption
 from localcluster._internal.runtime.logs import parse_time
 from localcluster._internal.storage.registry import BY_KEY
 from localcluster._internal.storage.store import Store
@@ -184,10 +185,45 @@ class Subresources:
 
     # ---- pods/eviction ------------------------------------------------------------------------------------
     async def eviction(self, request: web.Request, target: Target) -> web.Response:
+        """EvictionREST.Create (kubernetes v1.37 pkg/registry/core/pod/storage/eviction.go): the pod's
+        disruption budget takes one disruption or the eviction is refused with 429, then the pod gets the
+        DisruptionTarget condition and is deleted with the eviction's options (its grace period)."""
         body = await decode_body(request, MAX_BODY)
+        if not isinstance(body, dict):
+            raise st.bad_request("not a Eviction object")
+        if (body.get("metadata") or {}).get("name") not in (None, "", target.name):
+            raise st.bad_request("name in URL does not match name in Eviction object")
+        options = dict(body.get("deleteOptions") or {})
+        dry_run = "All" in (options.get("dryRun") or []) or request.query.get("dryRun") == "All"
         pod = stored(self.store, target)
-        options = (body or {}).get("deleteOptions") or {} if isinstance(body, dict) else {}
-        self.controllers.delete(BY_KEY["pods"], pod, options)
+        pdbs = self.store.objects(disruption.PDBS, target.namespace)
+        verdict = disruption.evict(pod, pdbs, now=time.time(), dry_run=dry_run)
+        if not verdict.allowed:
+            details: dict[str, Any] = {}
+            if verdict.causes:
+                details["causes"] = [dict(c) for c in verdict.causes]
+            if verdict.retry_after:
+                details["retryAfterSeconds"] = verdict.retry_after
+            headers = {"Retry-After": str(verdict.retry_after)} if verdict.retry_after else None
+            raise st.ApiStatus(verdict.code, verdict.reason, verdict.message, details=details or None,
+                               headers=headers)
+        if verdict.pdb_status is not None:
+            status = verdict.pdb_status
+
+            def budget(obj: dict[str, Any]) -> None:
+                obj["status"] = status
+
+            self.store.mutate(disruption.PDBS, target.namespace, verdict.pdb_name, budget)
+        if not dry_run:
+            stamp = time.time()
+
+            def condition(obj: dict[str, Any]) -> None:
+                current = obj.setdefault("status", {})
+                current["conditions"] = disruption.disruption_target(current.get("conditions") or [], stamp)
+
+            assert target.namespace is not None and target.name is not None
+            pod = self.store.mutate("pods", target.namespace, target.name, condition)
+            self.controllers.delete(BY_KEY["pods"], pod, options)
         return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                      status=201)
 

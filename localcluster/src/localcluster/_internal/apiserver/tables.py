@@ -138,7 +138,74 @@ def _quota(q: Obj) -> list[Any]:
     return [age(q), ", ".join(request), ", ".join(limit)]
 
 
+def _since(start: str | None, end: str | None = None) -> str:
+    """HumanDuration between two RFC 3339 stamps (the second one: now)."""
+    if not start:
+        return ""
+    begin = datetime.datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    finish = (datetime.datetime.strptime(end, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC) if end
+              else datetime.datetime.now(datetime.UTC))
+    return human_duration((finish - begin).total_seconds())
+
+
+def _label_selector(selector: Obj | None) -> str:
+    """metav1.FormatLabelSelector."""
+    if not selector:
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), ",".join(expr.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": str(key), "DoesNotExist": f"!{key}"}.get(str(op), ""))
+    return ",".join(parts) or "<none>"
+
+
+def _job(job: Obj) -> list[Any]:
+    """printJob (pkg/printers/internalversion, v1.37)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    succeeded = int(status.get("succeeded") or 0)
+    if spec.get("completions") is not None:
+        completions = f"{succeeded}/{spec['completions']}"
+    elif int(spec.get("parallelism") or 0) > 1:
+        completions = f"{succeeded}/1 of {spec['parallelism']}"
+    else:
+        completions = f"{succeeded}/1"
+    true = {c.get("type") for c in status.get("conditions") or [] if c.get("status") == "True"}
+    if "Complete" in true:
+        state = "Complete"
+    elif "Failed" in true:
+        state = "Failed"
+    elif (job.get("metadata") or {}).get("deletionTimestamp"):
+        state = "Terminating"
+    elif "Suspended" in true:
+        state = "Suspended"
+    elif "FailureTarget" in true:
+        state = "FailureTarget"
+    else:
+        state = "Running"
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    return [state, completions, _since(status.get("startTime"), status.get("completionTime")), age(job),
+            ",".join(str(c.get("name", "")) for c in containers),
+            ",".join(str(c.get("image", "")) for c in containers), _label_selector(spec.get("selector"))]
+
+
+def _budget(pdb: Obj) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    low, high = spec.get("minAvailable"), spec.get("maxUnavailable")
+    return ["N/A" if low is None else str(low), "N/A" if high is None else str(high),
+            int((pdb.get("status") or {}).get("disruptionsAllowed") or 0), age(pdb)]
+
+
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
+    "jobs": ([("Status", "string", 0), ("Completions", "string", 0), ("Duration", "string", 0),
+              ("Age", "string", 0), ("Containers", "string", 1), ("Images", "string", 1),
+              ("Selector", "string", 1)], _job),
+    "poddisruptionbudgets": ([("Min Available", "string", 0), ("Max Unavailable", "string", 0),
+                              ("Allowed Disruptions", "integer", 0), ("Age", "string", 0)], _budget),
+    "priorityclasses": ([("Value", "integer", 0), ("Global-Default", "boolean", 0), ("Age", "string", 0),
+                         ("PreemptionPolicy", "string", 0)],
+                        lambda o: [int(o.get("value") or 0), bool(o.get("globalDefault")), age(o),
+                                   o.get("preemptionPolicy") or ""]),
     "resourcequotas": ([("Age", "string", 0), ("Request", "string", 0), ("Limit", "string", 0)], _quota),
     "limitranges": ([("Created At", "date", 0)],
                     lambda o: [(o.get("metadata") or {}).get("creationTimestamp", "")]),

@@ -12,6 +12,7 @@ certificate names it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import copy
 import datetime
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from localcluster._internal.admission import podsecurity
+from localcluster._internal.admission import podsecurity, priority
 from localcluster._internal.apiserver.api import ApiServer
 from localcluster._internal.apiserver.faults import Fault, Faults
 from localcluster._internal.apiserver.subresources import Subresources
@@ -35,8 +36,12 @@ from localcluster._internal.auth.access import Access
 from localcluster._internal.auth.tokens import TokenAuthority
 from localcluster._internal.cluster.spec import ClusterSpec, make_runtime, node_object, runtime_options
 from localcluster._internal.controllers.loops import Controllers
+from localcluster._internal.doubles import nodeshutdown
+from localcluster._internal.doubles.apioutage import ApiOutages, Outage
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.runtime.base import ObjectChange, PodRuntime
+from localcluster._internal.runtime.process import ProcessRuntime
+from localcluster._internal.runtime.processfaults import ProcessFault
 from localcluster._internal.storage.store import DELETED, Event, NotFound, Store, now_iso
 
 T = TypeVar("T")
@@ -60,6 +65,7 @@ class LocalCluster:
         self.store = Store(history=self.spec.history)
         self.tokens = TokenAuthority()
         self.faults = Faults()
+        self.outages = ApiOutages(cut=self._cut_connections, close=self._close_http, reopen=self._serve)
         self.api_host = self.spec.bind_host
         self.api_port = self.spec.port
         self.ca_cert_pem = b""
@@ -169,7 +175,8 @@ class LocalCluster:
         self.ca_path.write_bytes(self.ca_cert_pem)
         self._seed()
         self.controllers = Controllers(store=self.store, runtime=self.runtime, pod_security=self.pod_security,
-                                       event_ttl=self.spec.event_ttl)
+                                       event_ttl=self.spec.event_ttl, admit_handlers=[nodeshutdown.refusal],
+                                       job_backoff=self.spec.job_backoff)
         self.controllers.start()
         access = Access(store=self.store, tokens=self.tokens)
         subresources = Subresources(store=self.store, access=access, controllers=self.controllers,
@@ -180,7 +187,7 @@ class LocalCluster:
         self.api = ApiServer(store=self.store, access=access, controllers=self.controllers,
                              subresources=subresources, faults=self.faults,
                              server_address=f"{self.spec.bind_host}:{self.api_port}",
-                             bookmark_interval=self.spec.bookmark_interval)
+                             bookmark_interval=self.spec.bookmark_interval, gate=self.outages.gate)
         await self._serve()
         local = "127.0.0.1" if self.spec.bind_host == "0.0.0.0" else self.spec.bind_host
         self.api_host = pod_api_host or local
@@ -200,18 +207,29 @@ class LocalCluster:
                                backlog=1024)
             await site.start()
 
-    async def _close_http(self) -> None:
-        if self._runner is None:
-            return
-        server = self._runner.server
-        # drop keep-alive connections outright: a TLS close handshake with a gone client never finishes
+    def _abort_connections(self) -> None:
+        server = self._runner.server if self._runner is not None else None
+        # drop connections outright: a TLS close handshake with a gone client never finishes
         for handler in server.connections if server is not None else []:
             if handler.transport is not None:
                 handler.transport.abort()
+
+    async def _cut_connections(self) -> None:
+        """Every open connection ends, watches and log follows included (as a restart ends them); the
+        listeners stay."""
+        self.store.close_watches()
+        self._abort_connections()
+
+    async def _close_http(self) -> None:
+        if self._runner is None:
+            return
+        self.store.close_watches()
+        self._abort_connections()
         await self._runner.cleanup()
         self._runner = None
 
     async def astop(self) -> None:
+        self.outages.forget()
         with contextlib.suppress(Exception):
             await self.runtime.shutdown()
         self.store.close_watches()
@@ -244,6 +262,8 @@ class LocalCluster:
                                        "ports": [{"name": "https", "port": 443, "protocol": "TCP",
                                                   "targetPort": 6443}], "sessionAffinity": "None"},
                               "status": {"loadBalancer": {}}})
+        for pc in priority.system_class_objects():
+            s.create("priorityclasses.scheduling.k8s.io", pc)
         renewed = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         gpu_nodes = [node_object(i, gpus, self.spec) for i, gpus in enumerate(self.spec.nodes, start=1)]
         first_cpu = len(self.spec.nodes) + 1
@@ -268,6 +288,55 @@ class LocalCluster:
         """The next `count` requests matching verb/resource/... answer `code` (e.g. 500, 503, 429, 409)."""
         return self.faults.inject(Fault(code, verb, resource, subresource, namespace, name, count,
                                         retry_after, message))
+
+    async def aapi_outage(self, mode: str, *, seconds: float | None = None,
+                          retry_after: int | None = None) -> Outage:
+        """Start an API outage (doubles/apioutage.py): `refuse`, `hang`, `429` or `503`, for `seconds` or
+        until `aclear_api_outage()`; one in force replaces the one before."""
+        return await self.outages.start(mode, seconds=seconds, retry_after=retry_after)
+
+    async def aclear_api_outage(self) -> Outage | None:
+        """End the API outage in force; the one ended, or None when there was none."""
+        return await self.outages.clear()
+
+    async def ashutdown_node(self, node: str, *, grace_period: float = 30.0,
+                             critical_grace_period: float = 10.0) -> nodeshutdown.NodeShutdown:
+        """Shut `node` down gracefully as its kubelet would (doubles/nodeshutdown.py: shutdownGracePeriod
+        `grace_period`, shutdownGracePeriodCriticalPods `critical_grace_period`); returns when it is done."""
+        periods = nodeshutdown.ShutdownPeriods(grace_period, critical_grace_period)
+        assert self.controllers is not None, "the cluster is not started"
+        controllers = self.controllers
+
+        def record(obj: Obj, kind: str, reason: str, message: str) -> None:
+            controllers.record_event(obj, kind, reason, message, component="kubelet", host=node)
+
+        return await nodeshutdown.shutdown_node(store=self.store, runtime=self.runtime, record=record,
+                                                node=node, periods=periods)
+
+    def _processes(self, what: str) -> ProcessRuntime:
+        if not isinstance(self.runtime, ProcessRuntime):
+            raise InvalidInput(f"{what} needs pods that are processes (runtime='process', localcluster up "
+                               f"--runtime process); this cluster's pods are simulated ({self.spec.runtime})")
+        return self.runtime
+
+    async def afreeze(self, pod: str, *, namespace: str = "default", match: str | None = None,
+                      container: str | None = None) -> ProcessFault:
+        """Freeze the pod's processes (runtime/processfaults.py); `match`: only those whose command line
+        matches this regular expression, and what they started."""
+        runtime = self._processes("freezing a pod")
+        return await runtime.freeze(namespace, pod, match=match, container=container)
+
+    async def athaw(self, pod: str, *, namespace: str = "default") -> ProcessFault:
+        return await self._processes("thawing a pod").thaw(namespace, pod)
+
+    async def athrottle(self, pod: str, cpu: float, *, namespace: str = "default", match: str | None = None,
+                        container: str | None = None) -> ProcessFault:
+        """Hold the pod's processes (or those matching `match`) to `cpu` CPUs with a cgroup CPU quota."""
+        runtime = self._processes("throttling a pod")
+        return await runtime.throttle(namespace, pod, cpu, match=match, container=container)
+
+    async def aunthrottle(self, pod: str, *, namespace: str = "default") -> ProcessFault:
+        return await self._processes("unthrottling a pod").unthrottle(namespace, pod)
 
     async def acut_watches(self) -> int:
         return self.store.close_watches()
@@ -316,8 +385,12 @@ class LocalCluster:
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
         """Run a coroutine on the cluster's loop and return its result."""
+        return self.start_coroutine(coro).result(timeout)
+
+    def start_coroutine(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run a coroutine on the cluster's loop without waiting for it: its Future."""
         assert self._loop is not None, "call() needs a cluster started with start()"
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def stop(self, *, timeout: float = 60.0) -> None:
         if self._loop is None or self._thread is None:
@@ -330,6 +403,33 @@ class LocalCluster:
 
     def cut_watches(self) -> int:
         return self.call(self.acut_watches())
+
+    def api_outage(self, mode: str, *, seconds: float | None = None,
+                   retry_after: int | None = None) -> Outage:
+        return self.call(self.aapi_outage(mode, seconds=seconds, retry_after=retry_after))
+
+    def clear_api_outage(self) -> Outage | None:
+        return self.call(self.aclear_api_outage())
+
+    def freeze(self, pod: str, *, namespace: str = "default", match: str | None = None,
+               container: str | None = None) -> ProcessFault:
+        return self.call(self.afreeze(pod, namespace=namespace, match=match, container=container))
+
+    def thaw(self, pod: str, *, namespace: str = "default") -> ProcessFault:
+        return self.call(self.athaw(pod, namespace=namespace))
+
+    def throttle(self, pod: str, cpu: float, *, namespace: str = "default", match: str | None = None,
+                 container: str | None = None) -> ProcessFault:
+        return self.call(self.athrottle(pod, cpu, namespace=namespace, match=match, container=container))
+
+    def unthrottle(self, pod: str, *, namespace: str = "default") -> ProcessFault:
+        return self.call(self.aunthrottle(pod, namespace=namespace))
+
+    def shutdown_node(self, node: str, *, grace_period: float = 30.0,
+                      critical_grace_period: float = 10.0) -> nodeshutdown.NodeShutdown:
+        coro = self.ashutdown_node(node, grace_period=grace_period,
+                                   critical_grace_period=critical_grace_period)
+        return self.call(coro, timeout=grace_period + 60)
 
     def restart(self, *, down_seconds: float = 0.0) -> None:
         self.call(self.arestart(down_seconds=down_seconds))

@@ -19,12 +19,14 @@ from typing import Any
 import click
 
 from localcluster._internal.admission.podsecurity import parse_defaults
-from localcluster._internal.cluster import daemon
+from localcluster._internal.cluster import control, daemon
+from localcluster._internal.cluster.faultcli import fault
 from localcluster._internal.errors import InvalidInput, LocalClusterError
+from localcluster._internal.runtime.imagepulls import PullTime
 from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.runtime.nodelink import parse_node_link
 
-DEFAULT_DIR = Path(".local-cluster")
+DEFAULT_DIR = daemon.DEFAULT_DIR
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 _MARK = f"{daemon.MODULE}\0serve\0"  # how our server's command line reads in /proc/PID/cmdline
@@ -72,8 +74,12 @@ def main() -> None:
     \b
       localcluster up --nodes 5,3,2 --runtime process --images images.yaml   # prints the kubeconfig
       localcluster status
+      localcluster fault api --mode refuse --for 60s      # production faults: `localcluster fault --help`
       localcluster down
     """
+
+
+main.add_command(fault)
 
 
 @main.command("up")
@@ -107,9 +113,17 @@ def main() -> None:
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
                    "context or the host's own files (process runtime). Default: none, every image fails "
                    "to pull (ErrImagePull).")
+@click.option("--pull-time", "pull_times", multiple=True, metavar="IMAGE=DURATION[,SIZE]",
+              help="The first pull of matching images (fnmatch on the repository path) takes DURATION on "
+                   "each node, e.g. distributetrain/base=180s or '*trainer*=3m,7Gi'; later pulls are "
+                   "instant. Repeatable. Default: every image is on every node already.")
+@click.option("--missing-image", "missing_images", multiple=True, metavar="PATTERN",
+              help="Images no registry has (fnmatch): their pulls fail, ErrImagePull then ImagePullBackOff, "
+                   "on either runtime. Repeatable.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
-       node_link: str, images: Path | None) -> None:
+       node_link: str, images: Path | None, pull_times: tuple[str, ...],
+       missing_images: tuple[str, ...]) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -127,6 +141,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     if images is not None:
         images = images.resolve()
         ImageMap.load(images)  # refused here, with its reason, rather than in the server's log
+    for text in pull_times:
+        PullTime.parse(text)
     directory = directory.resolve()
     pid = _read_pid(directory)
     if pid is not None and daemon.ready_url(directory):
@@ -137,7 +153,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
                                    network_policy=not no_network_policy, volume_refresh=volume_refresh,
-                                   node_link=node_link, images=images)
+                                   node_link=node_link, images=images, pull_times=pull_times,
+                                   missing_images=missing_images)
     process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
@@ -163,7 +180,13 @@ def status(directory: Path) -> None:
     url = daemon.ready_url(directory)
     click.echo(f"local cluster running (pid {pid}), API {url or '(not answering)'}, "
                f"kubeconfig {directory / 'kubeconfig'}")
-    if not url:
+    try:  # the faults in force, from the server itself (an API outage is why the API does not answer)
+        faults = control.request(directory, {"op": "status"}, timeout=5).get("lines") or []
+    except (OSError, ValueError):
+        faults = []
+    for line in faults:
+        click.echo(f"fault: {line}")
+    if not url and not any(line.startswith("API outage") for line in faults):
         sys.exit(1)
 
 
@@ -189,7 +212,7 @@ def down(directory: Path) -> None:
         click.echo(f"local cluster stopped (pid {pid})")
     else:
         click.echo(f"no local cluster running in {directory}")
-    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log", "notices"):
+    for name in ("pid", "url", "kubeconfig", "ca.crt", "server.log", "notices", control.SOCKET):
         with contextlib.suppress(FileNotFoundError):
             (directory / name).unlink()
     with contextlib.suppress(OSError):

@@ -19,8 +19,9 @@ from pathlib import Path
 from localcluster._internal.errors import StartFailed
 
 MODULE = "localcluster"
+DEFAULT_DIR = Path(".local-cluster")   # where `localcluster up` keeps a cluster's files
 # what `serve` writes into its directory; removed before a start so a stale file never passes for readiness
-STATE_FILES = ("url", "pid", "kubeconfig", "notices")
+STATE_FILES = ("url", "pid", "kubeconfig", "notices", "control.sock")
 
 
 def ready_url(directory: Path) -> str | None:
@@ -47,7 +48,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
                   hostname_label_suffix: str = "", network_policy: bool = True,
                   volume_refresh: float | None = None, node_link: str = "",
-                  images: Path | None = None) -> list[str]:
+                  images: Path | None = None, pull_times: Sequence[str] = (),
+                  missing_images: Sequence[str] = ()) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -59,6 +61,10 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--node-link", node_link]
     if images is not None:
         command += ["--images", str(images)]
+    for pull_time in pull_times:
+        command += ["--pull-time", pull_time]
+    for pattern in missing_images:
+        command += ["--missing-image", pattern]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]

@@ -17,7 +17,10 @@ from pathlib import Path
 from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.auth.certs import DEFAULT_SANS
 from localcluster._internal.cluster.assembly import LocalCluster
+from localcluster._internal.cluster.control import SOCKET, serve_control
 from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.errors import InvalidInput
+from localcluster._internal.runtime.imagepulls import PullTime
 from localcluster._internal.runtime.images import ImageMap
 
 
@@ -57,7 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="each node's link to the others, e.g. 1gbit (process runtime, root)")
     serve.add_argument("--images", type=Path, default=None, metavar="FILE",
                        help="the image map: which images the process runtime can run (default: none)")
+    serve.add_argument("--pull-time", type=_pull_time, action="append", default=[],
+                       metavar="IMAGE=DURATION[,SIZE]",
+                       help="the first pull of matching images takes this long on each node, e.g. "
+                            "distributetrain/base=180s")
+    serve.add_argument("--missing-image", action="append", default=[], metavar="PATTERN",
+                       help="images no registry has: their pulls fail (ErrImagePull)")
     return parser
+
+
+def _pull_time(text: str) -> PullTime:
+    try:
+        return PullTime.parse(text)
+    except InvalidInput as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _pod_security(text: str) -> dict[str, str]:
@@ -87,6 +103,7 @@ async def serve(args: argparse.Namespace) -> None:
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
                        runtime_options=_runtime_options(args),
                        images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
+                       pull_times=tuple(args.pull_time), missing_images=tuple(args.missing_image),
                        bind_host=args.host, port=args.port,
                        sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
     cluster = LocalCluster(spec, state_dir=args.dir)
@@ -97,16 +114,21 @@ async def serve(args: argparse.Namespace) -> None:
     pid_file = args.dir / "pid"
     args.dir.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(f"{os.getpid()}\n")
+    control: asyncio.AbstractServer | None = None
     try:
         await cluster.astart()
+        # `localcluster fault` reaches the server here, whatever its API answers (cluster/control.py)
+        control = await serve_control(cluster, args.dir)
         (args.dir / "notices").write_text("".join(f"{line}\n" for line in cluster.notices))
         (args.dir / "url").write_text(cluster.url + "\n")
         logging.getLogger(__name__).warning("local cluster serving at %s (kubeconfig %s)", cluster.url,
                                             cluster.kubeconfig)
         await stop.wait()
     finally:
+        if control is not None:
+            control.close()
         await cluster.astop()
-        for name in ("kubeconfig", "url", "pid", "notices"):
+        for name in ("kubeconfig", "url", "pid", "notices", SOCKET):
             with contextlib.suppress(FileNotFoundError):
                 (args.dir / name).unlink()
 

@@ -12,6 +12,7 @@ from localcluster._internal.auth import certs
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.podspec.requests import GPU_RESOURCE
 from localcluster._internal.runtime.base import PodRuntime
+from localcluster._internal.runtime.imagepulls import PullSettings, PullTime
 from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.storage.store import now_iso
 
@@ -49,6 +50,16 @@ class ClusterSpec:
     # files (runtime/images.py); empty: every image fails to pull (ErrImagePull), as on a node without a
     # registry. The simulated runtime runs no image and ignores it.
     images: ImageMap = field(default_factory=ImageMap)
+    # how long the first pull of an image takes on each node (runtime/imagepulls.py), e.g.
+    # (PullTime("distributetrain/base", 180.0),); before these, the image map's own `pull_time` entries.
+    # Images without one are on every node from the start.
+    pull_times: tuple[PullTime, ...] = ()
+    # images no registry has (fnmatch on the repository path): their pulls fail, ErrImagePull then
+    # ImagePullBackOff, on both runtimes (the process runtime also fails every image its map does not name)
+    missing_images: tuple[str, ...] = ()
+    # the Job controller's back-off before it replaces a failed pod (DefaultJobPodFailureBackOff: 10 s,
+    # doubling per failure up to 10 min); tests shorten it
+    job_backoff: float = 10.0
 
 
 def pod_cidr(index: int) -> str:
@@ -105,10 +116,18 @@ def make_runtime(name: str, options: dict[str, Any]) -> PodRuntime:
     return runtime
 
 
+def pull_settings(spec: ClusterSpec) -> PullSettings:
+    """What image pulls take on this cluster: the spec's pull times, then the image map's, and its missing
+    images."""
+    mapped = tuple(PullTime(pattern, seconds, size) for pattern, seconds, size in spec.images.pull_times())
+    return PullSettings(times=(*spec.pull_times, *mapped), missing=spec.missing_images)
+
+
 def runtime_options(spec: ClusterSpec) -> dict[str, Any]:
-    """The runtime's keyword arguments: `spec.runtime_options`, plus the node link and the image map for the
-    process runtime."""
+    """The runtime's keyword arguments: `spec.runtime_options`, the pull settings, plus the node link and the
+    image map for the process runtime."""
     options = dict(spec.runtime_options)
+    options.setdefault("pulls", pull_settings(spec))
     if spec.runtime == "process":
         options.setdefault("images", spec.images)
     if spec.node_link:

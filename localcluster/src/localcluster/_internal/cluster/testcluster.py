@@ -12,6 +12,10 @@ fixture). Everything else lives here:
     cluster.kubectl("get", "pods", "-o", "wide")   # the real kubectl, fresh discovery cache each call
     cluster.inject_fault(503, verb="list", resource="pods", count=2, retry_after=1)
     cluster.cut_watches(); cluster.restart()
+    with cluster.api_outage("refuse", seconds=60): ...  # or "hang", "429", "503"; ends with the block
+    cluster.freeze("worker-0", match="python"); cluster.thaw("worker-0")     # process runtime
+    cluster.throttle("worker-1", cpu=0.5); cluster.unthrottle("worker-1")    # process runtime
+    cluster.shutdown_node("node-2", grace_period=30)   # the kubelet's graceful node shutdown
     cluster.close()
 """
 
@@ -28,14 +32,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from localcluster._internal.apiserver.faults import Fault
 from localcluster._internal.cluster.assembly import LocalCluster
-from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.cluster.spec import ClusterSpec, pull_settings
+from localcluster._internal.doubles.apioutage import Outage
+from localcluster._internal.doubles.nodeshutdown import NodeShutdown
 from localcluster._internal.runtime.base import PodRuntime
+from localcluster._internal.runtime.processfaults import ProcessFault
 from localcluster._internal.runtime.sim import Behavior, Predicate, SimRuntime
 
 T = TypeVar("T")
@@ -77,6 +85,45 @@ def wait_until(check: Callable[[], T | Literal[False] | None], *, timeout: float
         time.sleep(interval)
 
 
+class ApiOutage:
+    """An API outage started on a TestCluster (`cluster.api_outage(mode, seconds=...)`): `mode` (refuse, hang,
+    429, 503), `seconds` (None: until cleared), `retry_after`; `active` until it ends by itself or `clear()`
+    ends it. As a context manager it ends with the block."""
+
+    def __init__(self, cluster: LocalCluster, outage: Outage) -> None:
+        self._cluster = cluster
+        self.outage = outage
+
+    @property
+    def mode(self) -> str:
+        return self.outage.mode
+
+    @property
+    def seconds(self) -> float | None:
+        return self.outage.seconds
+
+    @property
+    def retry_after(self) -> int | None:
+        return self.outage.retry_after
+
+    @property
+    def active(self) -> bool:
+        return self._cluster.outages.in_force(self.outage)
+
+    def clear(self) -> None:
+        if self.active:
+            self._cluster.clear_api_outage()
+
+    def __enter__(self) -> ApiOutage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.clear()
+
+    def __repr__(self) -> str:
+        return f"<ApiOutage {self.outage.describe()}{'' if self.active else ' (over)'}>"
+
+
 class TestCluster:
     """A started LocalCluster plus what tests need around it."""
 
@@ -111,7 +158,7 @@ class TestCluster:
     @property
     def sim(self) -> SimRuntime:
         """The simulated kubelets, for their hooks (exit_container, set_ready, append_log, rotate_log,
-        fail_node: coroutines to run with `call`); a cluster of another runtime has none."""
+        fail_node, container_env: coroutines to run with `call`); a cluster of another runtime has none."""
         if not isinstance(self.cluster.runtime, SimRuntime):
             raise TypeError(f"this cluster runs pods with {type(self.cluster.runtime).__name__}, not the "
                             "simulated runtime (runtime='sim')")
@@ -175,6 +222,54 @@ class TestCluster:
     def cut_watches(self) -> int:
         return self.cluster.cut_watches()
 
+    def api_outage(self, mode: str, *, seconds: float | None = None,
+                   retry_after: int | None = None) -> ApiOutage:
+        """Start an API outage: `refuse` (connections refused), `hang` (accepted, never answered), `429`
+        (API Priority and Fairness rejecting everything, `Retry-After: retry_after`, default 1) or `503`
+        (ServiceUnavailable), for `seconds` or until cleared; open connections and watches are cut. The
+        controllers and kubelets carry on meanwhile. Returns at once; see doubles/apioutage.py."""
+        outage = self.cluster.api_outage(mode, seconds=seconds, retry_after=retry_after)
+        return ApiOutage(self.cluster, outage)
+
+    def clear_api_outage(self) -> None:
+        """End the API outage in force, if any."""
+        self.cluster.clear_api_outage()
+
+    def freeze(self, pod: str, namespace: str = "default", *, match: str | None = None,
+               container: str | None = None) -> ProcessFault:
+        """Freeze a pod's processes (process runtime): all of them, or those whose command line matches
+        `match` (a regular expression, as `pgrep -f`) and what they started, e.g. the training but not sshd.
+        The pod stays Running and Ready. See runtime/processfaults.py."""
+        return self.cluster.freeze(pod, namespace=namespace, match=match, container=container)
+
+    def thaw(self, pod: str, namespace: str = "default") -> ProcessFault:
+        """Resume the pod's frozen processes."""
+        return self.cluster.thaw(pod, namespace=namespace)
+
+    def throttle(self, pod: str, cpu: float, namespace: str = "default", *, match: str | None = None,
+                 container: str | None = None) -> ProcessFault:
+        """Hold a pod's processes (or those matching `match`) to `cpu` CPUs: a straggler (process runtime,
+        root: a cgroup CPU quota)."""
+        return self.cluster.throttle(pod, cpu, namespace=namespace, match=match, container=container)
+
+    def unthrottle(self, pod: str, namespace: str = "default") -> ProcessFault:
+        return self.cluster.unthrottle(pod, namespace=namespace)
+
+    def shutdown_node(self, node: str, *, grace_period: float = 30.0,
+                      critical_grace_period: float = 10.0) -> NodeShutdown:
+        """The kubelet's graceful node shutdown of `node` (shutdownGracePeriod `grace_period`,
+        shutdownGracePeriodCriticalPods `critical_grace_period`): NotReady at once, every pod SIGTERMed with
+        its grace period and ended Failed/Terminated with DisruptionTarget. Returns when it is done; see
+        doubles/nodeshutdown.py."""
+        return self.cluster.shutdown_node(node, grace_period=grace_period,
+                                          critical_grace_period=critical_grace_period)
+
+    def start_node_shutdown(self, node: str, *, grace_period: float = 30.0,
+                            critical_grace_period: float = 10.0) -> Future[NodeShutdown]:
+        """`shutdown_node` without waiting: a Future of its result, for a test that watches meanwhile."""
+        return self.cluster.start_coroutine(self.cluster.ashutdown_node(
+            node, grace_period=grace_period, critical_grace_period=critical_grace_period))
+
     def restart(self, *, down_seconds: float = 0.0) -> None:
         self.cluster.restart(down_seconds=down_seconds)
 
@@ -201,7 +296,8 @@ def start_cluster(*, nodes: Sequence[int] = (5, 3, 2), runtime: str = "sim", gpu
                   **spec: Any) -> TestCluster:
     """Start a cluster on a private loop in a background thread."""
     cluster_spec = ClusterSpec(nodes=tuple(nodes), gpu_taint=gpu_taint, runtime=runtime, **spec)
-    pod_runtime: PodRuntime | None = SimRuntime(behaviors=behaviors) if runtime == "sim" else None
+    pod_runtime: PodRuntime | None = (SimRuntime(behaviors=behaviors, pulls=pull_settings(cluster_spec))
+                                      if runtime == "sim" else None)
     cluster = LocalCluster(cluster_spec, state_dir=state_dir, runtime=pod_runtime)
     cluster.start()
     return TestCluster(cluster, client_factory)

@@ -13,7 +13,7 @@ import contextlib
 import copy
 import datetime
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from localcluster._internal.admission import claims, podsecurity
@@ -21,7 +21,9 @@ from localcluster._internal.admission.plugins import AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
 from localcluster._internal.controllers.collector import GarbageCollector
+from localcluster._internal.controllers.disruptioncontroller import DisruptionController
 from localcluster._internal.controllers.events import EventRecorder
+from localcluster._internal.controllers.jobcontroller import JobController
 from localcluster._internal.controllers.quotastatus import QuotaController
 from localcluster._internal.podspec.requests import TERMINAL_PHASES, holds_resources
 from localcluster._internal.storage.registry import BY_KEY, RESOURCES, Resource
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
+# the kubelet's pod admit handlers beyond resources (lifecycle.PodAdmitHandler): (pod, node) -> (reason,
+# message) to refuse the pod, None to admit it; e.g. the node shutdown manager's (doubles/nodeshutdown.py)
+AdmitHandler = Callable[[Obj, Obj], "tuple[str, str] | None"]
 
 
 def _later(seconds: float) -> str:
@@ -43,9 +48,11 @@ def _later(seconds: float) -> str:
 class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
-                 event_ttl: float = 3600.0) -> None:
+                 event_ttl: float = 3600.0, admit_handlers: Sequence[AdmitHandler] = (),
+                 job_backoff: float = 10.0) -> None:
         self.store = store
         self.runtime = runtime
+        self.admit_handlers = tuple(admit_handlers)
         self.events = EventRecorder(store=store, ttl=event_ttl)
         self.quotas = QuotaController(store=store)
         self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
@@ -56,6 +63,10 @@ class Controllers:
         self._last_message: dict[str, str] = {}  # uid -> last FailedScheduling message
         self._schedule_wake = asyncio.Event()
         self.collector = GarbageCollector(store=store, delete=self.delete, after_update=self.after_update)
+        self.jobs = JobController(store=store, admission=self.admission, events=self.events,
+                                  delete=self.delete, after_update=self.after_update,
+                                  pod_failure_backoff=job_backoff)
+        self.disruption = DisruptionController(store=store, events=self.events)
         self._loops: list[asyncio.Task[Any]] = []
         self._usage: dict[str, nodefit.NodeUsage] = {}  # node -> what its resource-holding pods take
         store.add_listener(self._on_event)
@@ -63,7 +74,8 @@ class Controllers:
     def start(self) -> None:
         self._loops = [asyncio.ensure_future(self._scheduler_loop()),
                        asyncio.ensure_future(self.collector.run()),
-                       asyncio.ensure_future(self.quotas.run()), asyncio.ensure_future(self.events.run())]
+                       asyncio.ensure_future(self.quotas.run()), asyncio.ensure_future(self.events.run()),
+                       asyncio.ensure_future(self.jobs.run()), asyncio.ensure_future(self.disruption.run())]
 
     async def stop(self) -> None:
         for task in [*self._loops, *self._tasks]:
@@ -140,6 +152,12 @@ class Controllers:
         node = self.store.get("nodes", None, node_name)
         if node is None:
             return  # no kubelet owns that node: the pod stays Pending, as on a real cluster
+        refused = next((r for handler in self.admit_handlers if (r := handler(pod, node)) is not None), None)
+        if refused is not None:
+            await self.update_pod_status(namespace, name, {"phase": "Failed", "reason": refused[0],
+                                                           "message": refused[1], "startTime": now_iso()})
+            self.record_event(pod, "Warning", refused[0], refused[1], component="kubelet", host=node_name)
+            return
         if admit:
             verdict = scheduler.admit(pod, node, usage=self._usage)
             if not verdict.admitted:

@@ -89,6 +89,15 @@ class PodRuntime(Protocol):
         """Test hook: the node dies. Its pods' containers end (phase Failed, reason NodeLost)."""
         ...
 
+    async def kill_pod(self, pod: dict[str, Any], grace_seconds: float, *, reason: str, message: str,
+                       conditions: list[dict[str, Any]]) -> None:
+        """The kubelet ends a pod that is not being deleted (graceful node shutdown, doubles/nodeshutdown.py):
+        SIGTERM to its containers, SIGKILL after `grace_seconds`, no restart; then its final status, as
+        the kubelet reports a pod it terminated: phase Succeeded if every container exited 0, else Failed,
+        `reason` and `message`, `conditions` added (lastTransitionTime: now), containers that never ran
+        terminated as ContainerStatusUnknown. Returns once nothing of it runs; the pod stays until deleted."""
+        ...
+
     async def shutdown(self) -> None:
         """Stop every pod; remove all the runtime made (processes, namespaces, veths, mounts, files)."""
         ...

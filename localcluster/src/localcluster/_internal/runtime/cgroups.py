@@ -31,6 +31,9 @@ from localcluster._internal.runtime.netns import process_start_time
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "localcluster-"
 CFS_PERIOD_US = 100_000
+# the controllers the cluster makes cgroups in: limits (memory, cpu), and faults (freezer, and cpu for a
+# throttle: runtime/processfaults.py)
+CONTROLLERS = ("memory", "cpu", "freezer")
 MIN_QUOTA_US = 1_000
 
 
@@ -57,6 +60,11 @@ def _limits(container: Mapping[str, Any]) -> tuple[int | None, int | None]:
         if "cpu" in limits:
             cpu = int(-(-parse_quantity(str(limits["cpu"])) * 1000 // 1))
     return memory, cpu
+
+
+def container_cpu_millicores(container: Mapping[str, Any]) -> int | None:
+    """The container's CPU limit in millicores, None without one."""
+    return _limits(container)[1]
 
 
 def cfs_quota_us(millicores: int) -> int:
@@ -148,13 +156,16 @@ class Cgroups:
                 await _rmdir(pod)
 
     async def teardown(self) -> None:
-        for controller in ("memory", "cpu"):
+        for controller in CONTROLLERS:
             await _remove_tree(self.root / controller / self.name)
 
 
 async def _remove_tree(path: Path) -> None:
     if not path.is_dir():
         return
+    with contextlib.suppress(OSError):  # a frozen cgroup (runtime/processfaults.py) keeps nobody stopped
+        if (path / "freezer.state").exists():
+            (path / "freezer.state").write_text("THAWED")
     for child in path.iterdir():
         if child.is_dir():
             await _remove_tree(child)
@@ -164,7 +175,7 @@ async def _remove_tree(path: Path) -> None:
 async def remove_stale(root: Path = ROOT) -> list[str]:
     """Parents left by local clusters whose server process is gone (or whose PID was reused)."""
     removed = []
-    for controller in ("memory", "cpu"):
+    for controller in CONTROLLERS:
         base = root / controller
         if not base.is_dir() or not os.access(base, os.W_OK):
             continue

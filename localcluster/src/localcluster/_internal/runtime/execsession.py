@@ -252,7 +252,11 @@ class AttachSession:
             raise StreamingError(f'container "{ctr.name}" in pod "{run.name}" is not running')
         self._proc = ctr.proc
         self._once = bool(ctr.spec.get("stdinOnce"))
-        self._log: AsyncGenerator[bytes, None] = container_log(run, ctr, follow=True, tail_lines=0)
+        # the output from this moment on: what the container prints in answer to the first stdin must not
+        # fall between the attach and the follower's first read (kubectl run -i lost the echo of its input)
+        start = ctr.log_path.stat().st_size if ctr.log_path.exists() else 0
+        self._log: AsyncGenerator[bytes, None] = container_log(run, ctr, follow=True, tail_lines=None,
+                                                               offset=start)
 
     async def write_stdin(self, data: bytes) -> None:
         stdin = self._proc.stdin

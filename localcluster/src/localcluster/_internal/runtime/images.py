@@ -42,7 +42,9 @@ from typing import Any
 
 import yaml
 
-from localcluster._internal.errors import InvalidInput
+from localcluster._internal.apimachinery.durations import parse_duration
+from localcluster._internal.apimachinery.quantity import parse_quantity
+from localcluster._internal.errors import InvalidInput, InvalidQuantity
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RM = re.compile(r"\brm\s+((?:-[a-zA-Z]+\s+)*)([^&|;]+)")
@@ -114,6 +116,8 @@ class ImageMapping:
     pattern: str
     dockerfile: Path | None = None
     context: Path | None = None
+    pull_time: float | None = None     # seconds its first pull takes on a node (None: it is preloaded)
+    size: int = 0                      # bytes, as the kubelet's Pulled event reports it
 
     @staticmethod
     def host(pattern: str) -> ImageMapping:
@@ -130,7 +134,7 @@ class ImageMapping:
         return self.context or self.dockerfile.parent
 
 
-_ENTRY_KEYS = {"pattern", "dockerfile", "context", "host"}
+_ENTRY_KEYS = {"pattern", "dockerfile", "context", "host", "pull_time", "size"}
 
 
 @dataclass(frozen=True)
@@ -178,10 +182,17 @@ class ImageMap:
             context = entry.get("context")
             if context is not None and not isinstance(context, str):
                 raise InvalidInput(f"{where} ({pattern}): context must be a path")
+            pull_time = (parse_duration(str(entry["pull_time"]), what=f"{where} ({pattern}): pull_time")
+                         if entry.get("pull_time") is not None else None)
+            size = parse_size(entry.get("size", 0), what=f"{where} ({pattern})")
             mappings.append(ImageMapping(
                 pattern, dockerfile=(base / dockerfile).resolve() if dockerfile else None,
-                context=(base / context).resolve() if context else None))
+                context=(base / context).resolve() if context else None, pull_time=pull_time, size=size))
         return ImageMap(tuple(mappings))
+
+    def pull_times(self) -> tuple[tuple[str, float, int], ...]:
+        """(pattern, seconds, size) of the entries with a `pull_time`, in order."""
+        return tuple((m.pattern, m.pull_time, m.size) for m in self.mappings if m.pull_time is not None)
 
     @property
     def build_contexts(self) -> tuple[Path, ...]:
@@ -216,6 +227,17 @@ class ImageMap:
     def _base(self, ref: str, seen: frozenset[str]) -> ImageConfig | None:
         """A FROM image: mapped, its files and settings; not mapped (debian, python:3.11-slim), none."""
         return self.resolve(ref, _seen=seen) if self.lookup(ref) is not None else None
+
+
+def parse_size(value: Any, *, what: str) -> int:
+    """An image size in bytes: a number, or a quantity (7Gi, 6.5G); InvalidInput naming `what` otherwise."""
+    try:
+        size = parse_quantity(str(value))
+    except InvalidQuantity:
+        raise InvalidInput(f"{what}: size {value!r} is not a quantity (bytes, or like 7Gi)") from None
+    if size < 0:
+        raise InvalidInput(f"{what}: size {value!r} is negative")
+    return int(size)
 
 
 def image_path(image: str) -> str:

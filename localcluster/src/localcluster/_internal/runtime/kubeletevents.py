@@ -1,19 +1,14 @@
-"""The events a kubelet records about containers, in its own words (pkg/kubelet/kuberuntime, images,
-prober); the runtimes send them through RuntimeHost.record_event. Each is (reason, message, warning)."""
+"""The events a kubelet records about containers, in its own words (pkg/kubelet/kuberuntime, prober); the
+runtimes send them through RuntimeHost.record_event. Each is (reason, message, warning). The image manager's
+(Pulling, Pulled, BackOff, InspectFailed...) are runtime/imagepulls.py's."""
 
 from __future__ import annotations
 
 from localcluster._internal.errors import InvalidInput
-from localcluster._internal.runtime.images import ImageNotFound
 from localcluster._internal.runtime.podenv import NotReadyYet
 from localcluster._internal.runtime.runas import ContainerConfigError
 
 KubeletEvent = tuple[str, str, bool]
-
-
-def pulled(image: str) -> KubeletEvent:
-    # mapped images are local files (a Dockerfile's context, or the host's): always present
-    return "Pulled", f'Container image "{image}" already present on machine', False
 
 
 def created(container: str) -> KubeletEvent:
@@ -43,17 +38,6 @@ def back_off(container: str, pod: str, namespace: str, uid: str) -> KubeletEvent
 
 def failed(error: str) -> KubeletEvent:
     return "Failed", f"Error: {error}", True
-
-
-def pull_failure(error: ImageNotFound, *, backing_off: bool) -> tuple[str, str, list[KubeletEvent]]:
-    """An image that cannot be pulled: the waiting reason, its message and the kubelet's events, first
-    (ErrImagePull) and on each retry after it (ImagePullBackOff)."""
-    if backing_off:
-        message = f'Back-off pulling image "{error.image}"'
-        return "ImagePullBackOff", message, [("BackOff", message, False), failed("ImagePullBackOff")]
-    return "ErrImagePull", str(error), [("Pulling", f'Pulling image "{error.image}"', False),
-                                        ("Failed", f'Failed to pull image "{error.image}": {error}', True),
-                                        failed("ErrImagePull")]
 
 
 def setup_failure(error: Exception, image: str) -> tuple[str, list[KubeletEvent]]:

@@ -152,7 +152,11 @@ def _tail(lines: list[tuple[int, bytes]], tail_lines: int | None) -> list[tuple[
 
 
 async def container_log(run: PodRun, ctr: ContainerRun, *, follow: bool, tail_lines: int | None,
-                        timestamps: bool = False, since: int | None = None) -> AsyncGenerator[bytes, None]:
+                        timestamps: bool = False, since: int | None = None,
+                        offset: int | None = None) -> AsyncGenerator[bytes, None]:
+    """The container's log (its raw bytes, or lines with their times when `timestamps` or `since`); `offset`:
+    from that byte of the log file on, fixed by the caller when it asked (attach: what comes after the
+    attach began, not after the first read)."""
     while follow and not ctr.log_path.exists() and not run.deleting and not ctr.view.is_terminated:
         await asyncio.sleep(POLL_SECONDS)
     path = ctr.log_path
@@ -170,6 +174,8 @@ async def container_log(run: PodRun, ctr: ContainerRun, *, follow: bool, tail_li
                       since=since)
 
     with path.open("rb") as f:
+        if offset is not None:
+            f.seek(offset)
         data = f.read()
         if tail_lines is not None and not stamped:
             lines = data.splitlines(keepends=True)

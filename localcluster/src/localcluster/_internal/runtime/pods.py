@@ -79,6 +79,11 @@ class PodRun:
     init_done: bool = False
     deleting: bool = False
     lost: bool = False
+    # the kubelet ends the pod without it being deleted (graceful node shutdown): its containers are not
+    # restarted; once they have ended its phase is `ended_phase` and its conditions include `extra_conditions`
+    terminating: bool = False
+    ended_phase: str | None = None
+    extra_conditions: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
     message: str | None = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -167,11 +172,16 @@ class PodRun:
     def phase(self) -> str:
         if self.lost:
             return "Failed"
+        if self.ended_phase is not None:
+            return self.ended_phase
         return ps.pod_phase([c.view for c in self.init], [c.view for c in self.app], self.restart_policy,
                             init_done=self.init_done)
 
     def status(self, previous_conditions: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         phase = self.phase()
+        added = {c.get("type") for c in self.extra_conditions}
+        previous_conditions = [*(c for c in previous_conditions if c.get("type") not in added),
+                               *self.extra_conditions]
         init_pending = [c.name for c in self.init if c.view.exit_code != 0]
         status: dict[str, Any] = {
             "phase": phase, "hostIP": self.host_ip, "hostIPs": [{"ip": self.host_ip}],

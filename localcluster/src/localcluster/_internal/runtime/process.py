@@ -29,6 +29,7 @@ from localcluster._internal.runtime import podstatus as ps
 from localcluster._internal.runtime.base import RuntimeHost
 from localcluster._internal.runtime.enforce import Enforcement
 from localcluster._internal.runtime.forward import TcpForwarder
+from localcluster._internal.runtime.imagepulls import ImageManager, PullSettings
 from localcluster._internal.runtime.images import ImageMap, ImageNotFound
 from localcluster._internal.runtime.launch import Launcher
 from localcluster._internal.runtime.logs import container_log
@@ -37,12 +38,14 @@ from localcluster._internal.runtime.nodelink import parse_node_link
 from localcluster._internal.runtime.podenv import NotReadyYet
 from localcluster._internal.runtime.pods import ContainerRun, PodRun
 from localcluster._internal.runtime.probes import start_probes
+from localcluster._internal.runtime.processfaults import ProcessFault, ProcessFaults
 from localcluster._internal.runtime.runas import ContainerConfigError
 
 log = logging.getLogger(__name__)
 
 SANDBOX = Path(__file__).with_name("sandbox.py")
 RETRY_SECONDS = 1.0
+LOST_MESSAGE = "The container could not be located when the pod was terminated"
 VOLUME_REFRESH = 60.0
 
 
@@ -65,7 +68,7 @@ class ProcessRuntime:
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
                  shutdown_grace: float = 2.0, network_policy: bool = True,
                  memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH,
-                 node_link: str = "") -> None:
+                 node_link: str = "", pulls: PullSettings | None = None) -> None:
         root = os.geteuid() == 0
         self.user_namespace = not root and can_use_userns()
         self.network = ClusterNetwork(mode=network if network != "auto" else (
@@ -75,7 +78,13 @@ class ProcessRuntime:
         self.enforcement = Enforcement(network=self.network, pods=lambda: self.pods.values(),
                                        network_policy=network_policy, memory_limits=memory_limits,
                                        isolate=self.isolate)
+        # frozen and throttled pods (runtime/processfaults.py), in cgroups of the cluster's own
+        self.faults = ProcessFaults(self.enforcement.cgroups.name, cgroups=os.geteuid() == 0,
+                                    own_namespaces=self.isolate)
         self.images = images or ImageMap()   # none: every image fails to pull
+        # the kubelets' image managers (runtime/imagepulls.py): what pulls take, and an image the map does not
+        # name fails as on a node that cannot reach a registry holding it
+        self.image_manager = ImageManager(pulls, unavailable=self._unavailable)
         self.venv_bin = venv_bin or str(Path(sys.executable).parent)
         # the shim needs only the standard library: any Python 3 this user may run will do
         self.python = sys.executable if os.access(sys.executable, os.X_OK) else (
@@ -92,6 +101,9 @@ class ProcessRuntime:
         self._launcher: Launcher | None = None
         self._forwarder: TcpForwarder | None = None
         self._dir = Path("/nonexistent")
+
+    def _unavailable(self, image: str) -> str | None:
+        return str(ImageNotFound(image)) if self.images.lookup(image) is None else None
 
     # ---- PodRuntime ---------------------------------------------------------------------------------------
     @property
@@ -158,8 +170,19 @@ class ProcessRuntime:
         await run.cancel_setup()
         await self._kill_containers(run, grace_seconds)
         await run.cancel_all()
+        await self._report_stopped(run)
         await self._release(run)
         self.pods.pop(run.uid, None)
+
+    async def _report_stopped(self, run: PodRun) -> None:
+        """A pod that finalizers keep in the store ends as the kubelet reports a deleted pod: its terminal
+        phase and its containers' exit codes (kubelet 1.27+ sets them before the pod is removed)."""
+        current = self.host.get("pods", run.namespace, run.name)
+        if current is None or current["metadata"].get("uid") != run.uid or not current["metadata"].get(
+                "finalizers"):
+            return
+        await self.host.update_pod_status(run.namespace, run.name,
+                                          run.status((current.get("status") or {}).get("conditions") or []))
 
     async def logs(self, namespace: str, name: str, container: str, *, follow: bool,
                    tail_lines: int | None, timestamps: bool = False,
@@ -182,6 +205,78 @@ class ProcessRuntime:
         await asyncio.gather(*(self._lose(run) for run in list(self.pods.values())
                                if run.node == node and not run.lost))
 
+    async def kill_pod(self, pod: dict[str, Any], grace_seconds: float, *, reason: str, message: str,
+                       conditions: list[dict[str, Any]]) -> None:
+        """The kubelet ends the pod without its deletion (runtime/base.py): SIGTERM, the grace period,
+        SIGKILL; nothing restarts; then the final status."""
+        run = self.pods.get(pod["metadata"].get("uid", ""))
+        if run is None or run.deleting or run.lost or run.terminating or run.phase() in ("Succeeded",
+                                                                                          "Failed"):
+            return
+        run.terminating = True
+        for ctr in run.all_containers:
+            if ctr.is_running:
+                await self._event(run, ctr, ke.stopping(ctr.name))
+        await run.cancel_setup()
+        await self._kill_containers(run, grace_seconds)
+        # each container's supervisor records its end (exit code, OOMKilled) as its process goes
+        for _ in range(500):
+            if all(ctr.proc is None for ctr in run.all_containers):
+                break
+            await asyncio.sleep(0.01)
+        finished = ps.now()
+        for ctr in run.all_containers:
+            if not ctr.view.is_terminated:
+                ctr.view.state = ps.terminated(137, started_at=None, finished_at=finished,
+                                               reason="ContainerStatusUnknown", message=LOST_MESSAGE)
+            ctr.view.ready = False
+        codes = [ctr.view.exit_code for ctr in run.app]
+        run.ended_phase = "Succeeded" if codes and all(code == 0 for code in codes) else "Failed"
+        run.reason, run.message = reason, message
+        run.extra_conditions = [dict(c, lastTransitionTime=finished) for c in conditions]
+        self.launcher.release_gpus(run)
+        self.enforcement.pod_finished(run)
+        await self.faults.release(run)
+        await self._report(run)
+
+    # ---- faults in a pod's processes (runtime/processfaults.py) -------------------------------------------
+    def faults_in_force(self) -> list[str]:
+        """One line per frozen or throttled pod."""
+        lines = []
+        for run in self.pods.values():
+            frozen, throttled = self.faults.frozen.get(run.uid), self.faults.throttled.get(run.uid)
+            if frozen is not None:
+                lines.append(f"pod {run.namespace}/{run.name}: {len(frozen.pids)} process(es) frozen "
+                             f"({frozen.method})")
+            if throttled is not None:
+                lines.append(f"pod {run.namespace}/{run.name}: throttled to {throttled.cpu:g} CPU")
+        return lines
+
+    def _running(self, namespace: str, name: str) -> PodRun:
+        run = next((r for r in self.pods.values() if (r.namespace, r.name) == (namespace, name)
+                    and not (r.deleting or r.lost or r.terminating)), None)
+        if run is None:
+            raise InvalidInput(f"pod {namespace}/{name} is not running on this cluster")
+        return run
+
+    async def freeze(self, namespace: str, name: str, *, match: str | None = None,
+                     container: str | None = None) -> ProcessFault:
+        """Stop the pod's processes (those matching `match`, a regular expression on their command line,
+        and their children; of one `container`); the pod stays Running."""
+        return await self.faults.freeze(self._running(namespace, name), match=match, container=container)
+
+    async def thaw(self, namespace: str, name: str) -> ProcessFault:
+        return await self.faults.thaw(self._running(namespace, name))
+
+    async def throttle(self, namespace: str, name: str, cpu: float, *, match: str | None = None,
+                       container: str | None = None) -> ProcessFault:
+        """Hold the pod's processes (or those matching) to `cpu` CPUs."""
+        run = self._running(namespace, name)
+        return await self.faults.throttle(run, cpu, match=match, container=container)
+
+    async def unthrottle(self, namespace: str, name: str) -> ProcessFault:
+        return await self.faults.unthrottle(self._running(namespace, name))
+
     async def shutdown(self) -> None:
         runs = list(self.pods.values())
         await asyncio.gather(*(self.stop_pod(r.pod, min(r.grace, self.shutdown_grace)) for r in runs),
@@ -189,6 +284,7 @@ class ProcessRuntime:
         if self._forwarder is not None:
             await self._forwarder.close()
             self._forwarder = None
+        await self.faults.undo_all()
         await self.enforcement.shutdown()
         await self.network.teardown()
         shutil.rmtree(self._dir, ignore_errors=True)
@@ -246,7 +342,7 @@ class ProcessRuntime:
         """The kubelet's periodic sync of a running pod's volumes: every `volume_refresh` seconds, from a
         random phase (pods started together do not refresh together), an update lands atomically."""
         await asyncio.sleep(random.uniform(0, self.volume_refresh))
-        while not (run.deleting or run.lost):
+        while not (run.deleting or run.lost or run.terminating):
             try:
                 changed = self.launcher.refresh_volumes(run)
             except (OSError, ValueError) as e:
@@ -287,7 +383,7 @@ class ProcessRuntime:
             if code == 0:
                 ctr.view.ready = True
                 return True
-            if run.restart_policy == "Never" or run.deleting:
+            if run.restart_policy == "Never" or run.deleting or run.terminating:
                 await self._finish_if_done(run)
                 return False
             await self._backoff(run, ctr)
@@ -295,7 +391,7 @@ class ProcessRuntime:
     async def _supervise(self, run: PodRun, ctr: ContainerRun) -> None:
         while True:
             code = await self._run_once(run, ctr)
-            if run.deleting or run.lost:
+            if run.deleting or run.lost or run.terminating:
                 return
             if run.restart_policy == "Never" or (run.restart_policy == "OnFailure" and code == 0):
                 await self._finish_if_done(run)
@@ -324,7 +420,6 @@ class ProcessRuntime:
         config = await self._retry_config(run, ctr)
         if config is None:
             return 128
-        await self._event(run, ctr, ke.pulled(ctr.spec.get("image", "")))
         spec_path = ctr.directory / "spec.json"
         ctr.generation += 1
         ctr.directory.mkdir(parents=True, exist_ok=True)
@@ -371,19 +466,28 @@ class ProcessRuntime:
         await self._report(run)
         return code
 
+    async def _pull(self, run: PodRun, ctr: ContainerRun) -> bool:
+        """The kubelet's EnsureImageExists for this start of the container; False: it waits (its status says
+        why) and the next sync tries again."""
+        outcome = await self.image_manager.ensure(
+            node=run.node, pod_uid=run.uid, image=str(ctr.spec.get("image", "")),
+            policy=str(ctr.spec.get("imagePullPolicy") or "IfNotPresent"),
+            record=lambda event: self._event(run, ctr, event))
+        if not outcome.ok:
+            ctr.view.state = ps.waiting(outcome.reason, outcome.message)
+        return outcome.ok
+
     async def _retry_config(self, run: PodRun, ctr: ContainerRun) -> dict[str, Any] | None:
-        pulls_failed = 0
-        while not run.deleting:
+        """Pull the image, then work out the container's configuration, syncing again every RETRY_SECONDS
+        while either fails (as the kubelet's pod worker does)."""
+        while not (run.deleting or run.terminating):
+            if not await self._pull(run, ctr):
+                await self._report(run)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
             try:
                 return self.launcher.sandbox_spec(run, ctr)
-            except ImageNotFound as e:
-                # as a kubelet: the first failure reads ErrImagePull, the retries after it ImagePullBackOff
-                reason, message, events = ke.pull_failure(e, backing_off=pulls_failed > 0)
-                pulls_failed += 1
-                ctr.view.state = ps.waiting(reason, message)
-                for event in events:
-                    await self._event(run, ctr, event)
-            except (NotReadyYet, ContainerConfigError, InvalidInput, ValueError) as e:
+            except (NotReadyYet, ContainerConfigError, InvalidInput, ValueError, ImageNotFound) as e:
                 reason, events = ke.setup_failure(e, str(ctr.spec.get("image", "")))
                 ctr.view.state = ps.waiting(reason, str(e))
                 for event in events:
@@ -404,6 +508,7 @@ class ProcessRuntime:
         async def dead() -> None:
             if ctr.proc is not None and ctr.proc.returncode is None:
                 await self._event(run, ctr, ke.liveness_kill(ctr.name))
+                self.faults.before_stop(run)
                 await self._kill(ctr, float(run.grace))
 
         async def unhealthy(message: str) -> None:
@@ -436,9 +541,11 @@ class ProcessRuntime:
             await proc.wait()
 
     async def _kill_containers(self, run: PodRun, grace: float) -> None:
+        self.faults.before_stop(run)
         await asyncio.gather(*(self._kill(c, grace) for c in run.all_containers))
 
     async def _release(self, run: PodRun) -> None:
+        await self.faults.release(run)
         self.launcher.release_gpus(run)
         if run.net is not None:
             await self.network.delete_pod(run.net)
@@ -458,9 +565,7 @@ class ProcessRuntime:
             started = ctr.view.state.get("running", {}).get("startedAt")
             if not ctr.view.is_terminated:
                 ctr.view.state = ps.terminated(137, started_at=started, finished_at=finished,
-                                               reason="ContainerStatusUnknown",
-                                               message="The container could not be located when the pod was "
-                                                       "terminated")
+                                               reason="ContainerStatusUnknown", message=LOST_MESSAGE)
             ctr.view.ready = False
         run.reason = "NodeLost"
         run.message = f"Node {run.node} which was running pod {run.name} is unresponsive"

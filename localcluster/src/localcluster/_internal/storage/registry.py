@@ -72,6 +72,11 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(_AUTHN, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=CREATE_ONLY, stored=False),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # the workload APIs (controllers/jobcontroller.py, disruption.py; admission/priority.py)
+    Resource("batch", "v1", "jobs", "Job", True, categories=("all",), subresources=("status",)),
+    Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("pc",)),
+    Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",),
+             subresources=("status",)),
 )
 
 GROUP_VERSIONS: dict[str, str] = {}

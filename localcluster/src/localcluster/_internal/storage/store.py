@@ -193,7 +193,8 @@ class Store:
         key = (meta.get("namespace") or "", meta["name"])
         if key in bucket:
             raise AlreadyExists(meta["name"])
-        meta["uid"] = str(uuid.uuid4())
+        # a uid handed in is the registry's own (a Job's generated labels carry it); the API drops a client's
+        meta["uid"] = meta.get("uid") or str(uuid.uuid4())
         meta["creationTimestamp"] = now_iso()
         meta.pop("deletionTimestamp", None)
         meta.setdefault("generation", 1)
