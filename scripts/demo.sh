@@ -30,19 +30,23 @@ step "kubectl apply --server-side -f scripts/demo-namespace.yaml   (the namespac
 step "kubectl apply -f rbac/"
 "${KUBECTL[@]}" apply -f rbac/
 
-step "kubectl apply -f manifests/   (the job pods' template; the manager: 6 GPUs)"
+step "kubectl apply -f manifests/   (the job pods' template; the manager Job: 6 GPUs)"
 "${KUBECTL[@]}" apply -f manifests/
-"${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Running pod/distributetrain-manager --timeout=120s \
-  || "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Succeeded pod/distributetrain-manager --timeout=5s
+MANAGER=(-l batch.kubernetes.io/job-name=distributetrain-manager)
+"${KUBECTL[@]}" wait --for=create pod "${MANAGER[@]}" --timeout=60s >/dev/null
+"${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Running pod "${MANAGER[@]}" --timeout=120s \
+  || "${KUBECTL[@]}" wait --for=jsonpath='{.status.phase}'=Succeeded pod "${MANAGER[@]}" --timeout=5s
 
-step "kubectl logs -f distributetrain-manager"
-"${KUBECTL[@]}" logs -f distributetrain-manager
+step "kubectl logs -f job/distributetrain-manager"
+"${KUBECTL[@]}" logs -f job/distributetrain-manager
 
-phase=$("${KUBECTL[@]}" get pod distributetrain-manager -o jsonpath='{.status.phase}')
-code=$("${KUBECTL[@]}" get pod distributetrain-manager \
-  -o jsonpath='{.status.containerStatuses[0].state.terminated.exitCode}')
-step "the manager ended: phase $phase, exit code ${code:-?}; the pods left (workers gone, chief kept):"
-"${KUBECTL[@]}" get pods -o wide
+"${KUBECTL[@]}" wait --for=condition=Complete job/distributetrain-manager --timeout=30s >/dev/null 2>&1 || true
+status=$("${KUBECTL[@]}" get job distributetrain-manager \
+  -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}')
+code=$("${KUBECTL[@]}" get pod "${MANAGER[@]}" \
+  -o jsonpath='{.items[-1:].status.containerStatuses[0].state.terminated.exitCode}')
+step "the manager Job ended: ${status:-?}(exit code ${code:-?}); the pods left (workers gone, chief kept):"
+"${KUBECTL[@]}" get jobs,pods -o wide
 
 step "stopping the local cluster"
 cleanup

@@ -370,12 +370,12 @@ def test_dry_run_placeholders_hold_no_key() -> None:
 
 def test_the_gang_resists_voluntary_disruption_unless_asked_not_to() -> None:
     spec = make_spec()
-    budget = manifests.disruption_budget(spec, owner=OWNER)
+    budget = manifests.disruption_budget(spec, pods=3, owner=OWNER)
     assert budget == {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "train-disruption", "namespace": "default", "labels": labels("disruption"),
                      "ownerReferences": OWNER_REFS},
-        "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "spec": {"minAvailable": 3, "unhealthyPodEvictionPolicy": "AlwaysAllow",
                  "selector": {"matchLabels": {"app.kubernetes.io/managed-by": "distributetrain",
                                               "distributetrain.io/job": "train"}}}}
     bare = dataclasses.replace(spec, disruption_budget=False, priority_class="ml-high")

@@ -70,14 +70,17 @@ def metadata(spec: JobSpec, name: str, role: str, owner: ManagerIdentity | None,
     return meta
 
 
-def disruption_budget(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
-    """No voluntary eviction of any of the job's pods (maxUnavailable 0): a `kubectl drain` of their node
-    waits, and the eviction API answers 429, while the job runs. Pods that are not Ready are evictable
-    (unhealthyPodEvictionPolicy AlwaysAllow), so a gang that never started does not block a drain."""
+def disruption_budget(spec: JobSpec, *, pods: int, owner: ManagerIdentity | None) -> dict[str, Any]:
+    """No voluntary eviction of any of the job's `pods` (minAvailable: all of them): a `kubectl drain` of
+    their node waits, and the eviction API answers 429, while the job runs. A whole number, not
+    maxUnavailable 0 or 100%: those need each pod's controller to have a scale subresource, and job pods
+    have none (the disruption controller's getExpectedPodCount would report SyncFailed). Pods that are not
+    Ready are evictable (unhealthyPodEvictionPolicy AlwaysAllow), so a gang that never started blocks no
+    drain."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": metadata(spec, naming.disruption_budget_name(spec.job_name), naming.ROLE_DISRUPTION,
                                  owner),
-            "spec": {"maxUnavailable": 0, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "spec": {"minAvailable": pods, "unhealthyPodEvictionPolicy": "AlwaysAllow",
                      "selector": {"matchLabels": naming.job_pods_selector(spec.job_name)}}}
 
 

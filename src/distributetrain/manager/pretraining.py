@@ -95,7 +95,8 @@ class PreTraining:
             made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
                      f"{beyond})")
         if spec.disruption_budget:
-            budget = self._create(manifests.disruption_budget(spec, owner=self.owner))["metadata"]["name"]
+            budget = self._create(manifests.disruption_budget(spec, pods=len(plan.allocation),
+                                                              owner=self.owner))["metadata"]["name"]
             made += (f"; PodDisruptionBudget {budget} (no voluntary eviction of the job's pods: a drain of "
                      "their nodes waits until the job ends)")
         self.reporter.say(f"created {made}")
@@ -161,6 +162,10 @@ class PreTraining:
             self._sleep(pause)
             attempt += 1
             plan = self.plan(attempt=attempt)
+            if spec.disruption_budget:  # the gang may have another number of pods now
+                self.kube.patch("poddisruptionbudgets", spec.namespace,
+                                naming.disruption_budget_name(spec.job_name),
+                                {"spec": {"minAvailable": len(plan.allocation)}})
         chief_name = created[-1]
         return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
                         chief=chief_name, attempts=attempt + 1, timings=timings)
