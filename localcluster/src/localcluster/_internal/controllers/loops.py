@@ -13,11 +13,11 @@ import contextlib
 import copy
 import datetime
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from localcluster._internal.admission import claims, podsecurity
-from localcluster._internal.admission.plugins import AdmissionPlugins
+from localcluster._internal.admission.plugins import AdmissionHook, AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
 from localcluster._internal.controllers.collector import GarbageCollector
@@ -43,12 +43,13 @@ def _later(seconds: float) -> str:
 class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
-                 event_ttl: float = 3600.0) -> None:
+                 event_ttl: float = 3600.0, admission_hooks: Sequence[AdmissionHook] = ()) -> None:
         self.store = store
         self.runtime = runtime
         self.events = EventRecorder(store=store, ttl=event_ttl)
         self.quotas = QuotaController(store=store)
-        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
+        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security,
+                                          hooks=admission_hooks)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started: set[str] = set()          # uids of pods handed to the runtime
         self._stopping: set[str] = set()         # uids of pods whose containers are being stopped
@@ -245,12 +246,20 @@ class Controllers:
         ns = self.store.get("namespaces", None, namespace)
         return ns is not None and bool(ns["metadata"].get("deletionTimestamp"))
 
-    def admit_create(self, r: Resource, obj: Obj, user: UserInfo) -> list[str]:
-        """The admission plugins (admission/plugins.py); returns the answer's warnings."""
-        return self.admission.create(r, obj, user)
+    def mutate_create(self, r: Resource, obj: Obj, user: UserInfo) -> None:
+        """The mutating admission plugins, before the object is validated (admission/plugins.py)."""
+        self.admission.mutate_create(r, obj, user)
 
-    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> list[str]:
-        return self.admission.update(r, obj, current, user)
+    def admit_create(self, r: Resource, obj: Obj, user: UserInfo, *, dry_run: bool = False) -> list[str]:
+        """The validating admission plugins (admission/plugins.py); returns the answer's warnings."""
+        return self.admission.create(r, obj, user, dry_run=dry_run)
+
+    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo, *, dry_run: bool = False,
+                     subresource: str = "") -> list[str]:
+        return self.admission.update(r, obj, current, user, dry_run=dry_run, subresource=subresource)
+
+    def admit_delete(self, r: Resource, current: Obj, user: UserInfo, *, dry_run: bool = False) -> list[str]:
+        return self.admission.delete(r, current, user, dry_run=dry_run)
 
     def after_update(self, r: Resource, obj: Obj) -> None:
         meta = obj["metadata"]

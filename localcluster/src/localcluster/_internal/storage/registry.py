@@ -39,6 +39,7 @@ class Resource:
 _RBAC = "rbac.authorization.k8s.io"
 _AUTHZ = "authorization.k8s.io"
 _AUTHN = "authentication.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, ("ns",), subresources=("status", "finalize")),
@@ -72,6 +73,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(_AUTHN, "v1", "selfsubjectreviews", "SelfSubjectReview", False, verbs=CREATE_ONLY, stored=False),
     Resource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource(_ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+             subresources=("status",), categories=("api-extensions",)),
+    Resource(_ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,
+             categories=("api-extensions",)),
 )
 
 GROUP_VERSIONS: dict[str, str] = {}
