@@ -18,9 +18,45 @@
 #   DT_SSHD_STRICT_MODES   sshd StrictModes                    [yes]; `no` only when the key directory must
 #                          live under a world-writable parent such as /tmp
 #   DT_PYTHON              the Python with distributetrain     [python3]
+#   DT_NSS_WRAPPER         libnss_wrapper.so, for a UID with no account (below)  [found in the usual places]
+#   DT_ACCOUNT_DIR         where that account's passwd, group and home go      [${TMPDIR:-/tmp}/distributetrain-UID]
+#
+# A UID with no account. OpenShift's restricted-v2 SCC (and any runAsUser the image does not know) runs the
+# container as an arbitrary UID, group 0, HOME=/, with no line in /etc/passwd; ssh ("No user exists for
+# uid"), sshd and Python's pwd need one. The entrypoint then writes a passwd and a group file of its own
+# (the account `trainer`, home a fresh private directory) and loads them through nss_wrapper (LD_PRELOAD,
+# NSS_WRAPPER_PASSWD, NSS_WRAPPER_GROUP): for itself, the launcher and horovodrun's ssh by the environment,
+# and for the ranks sshd starts by sshd's SetEnv (a session's environment is sshd's to build).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+uid=$(id -u)
+sshd_env=()
+
+find_nss_wrapper() {
+    local candidate
+    for candidate in "${DT_NSS_WRAPPER:-}" /usr/lib/x86_64-linux-gnu/libnss_wrapper.so \
+        /usr/lib/aarch64-linux-gnu/libnss_wrapper.so /usr/lib64/libnss_wrapper.so /usr/lib/libnss_wrapper.so; do
+        [ -n "$candidate" ] && [ -e "$candidate" ] && { echo "$candidate"; return 0; }
+    done
+    return 1
+}
+
+if ! getent passwd "$uid" >/dev/null; then
+    lib=$(find_nss_wrapper) || { echo "entrypoint: error: uid $uid has no account and nss_wrapper" \
+        "(libnss-wrapper) is not installed: ssh and sshd need an account" >&2; exit 2; }
+    account_dir=${DT_ACCOUNT_DIR:-${TMPDIR:-/tmp}/distributetrain-$uid}
+    (umask 077 && mkdir -p "$account_dir/home")
+    chmod 0700 "$account_dir" "$account_dir/home"
+    gid=$(id -g)
+    # `*`, not `x` or `!`: no password, not locked (sshd refuses a locked account)
+    { cat /etc/passwd; echo "trainer:*:$uid:$gid:DistributeTrain:$account_dir/home:/bin/bash"; } \
+        > "$account_dir/passwd"
+    { cat /etc/group; getent group "$gid" >/dev/null || echo "trainer:x:$gid:"; } > "$account_dir/group"
+    export LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$account_dir/passwd NSS_WRAPPER_GROUP=$account_dir/group
+    export HOME=$account_dir/home USER=trainer LOGNAME=trainer
+    sshd_env=(-o "SetEnv=LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP=$NSS_WRAPPER_GROUP")
+fi
 user=$(id -un)
 home=${HOME:-$(getent passwd "$user" | cut -d: -f6)}
 secret_dir=${DT_SSH_DIR:-/etc/distributetrain/ssh}
@@ -79,6 +115,7 @@ worker() {
         -o "PidFile=$state_dir/sshd.pid"
     )
     [ -z "${DT_SSHD_LISTEN_ADDRESS:-}" ] || args+=(-o "ListenAddress=$DT_SSHD_LISTEN_ADDRESS")
+    args+=("${sshd_env[@]}")
     log "sshd for user $user on port $port, key-only (authorized_keys: $ssh_dir/authorized_keys)"
     exec "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}"
 }

@@ -117,13 +117,8 @@ NETWORK = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                         "ownerReferences": OWNER_REFS},
            "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress", "Egress"],
                     "ingress": [{"from": [{"podSelector": JOB_PODS}]}],
-                    # job pods to job pods on every port, and DNS, so a default-deny egress cannot cut the job
-                    "egress": [{"to": [{"podSelector": JOB_PODS}]},
-                               {"to": [{"namespaceSelector": {"matchLabels": {
-                                   "kubernetes.io/metadata.name": "kube-system"}},
-                                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                                "ports": [{"protocol": "UDP", "port": 53},
-                                          {"protocol": "TCP", "port": 53}]}]}}
+                    # egress open by default: one empty rule, which a default-deny egress cannot cut
+                    "egress": [{}]}}
 
 SECRET = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
           "metadata": {"name": "train-ssh", "namespace": "default", "labels": labels("ssh"),
@@ -345,11 +340,33 @@ def test_a_read_only_many_claim_is_mounted_read_only() -> None:
         pod["spec"]["containers"][0]["volumeMounts"]
 
 
-def test_egress_beyond_the_job_only_where_allowed() -> None:
-    policy = manifests.network_policy(make_spec(allow_egress=["10.20.0.0/16", "0.0.0.0/0"]), owner=None)
-    assert policy["spec"]["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}},
-                                                  {"ipBlock": {"cidr": "0.0.0.0/0"}}]}
+def test_restricted_egress_reaches_the_job_dns_and_what_is_allowed() -> None:
+    """--allow-egress implies --restrict-egress: job pods, DNS wherever the cluster runs it (kube-dns,
+    NodeLocal DNSCache, OpenShift DNS on 5353), and each entry, with its port when it names one."""
+    spec = make_spec(allow_egress=["10.20.0.0/16", "0.0.0.0/0", "10.9.0.0/16:443", "10.8.0.10/32:53/udp",
+                                   "[fd00::/8]:443"])
+    assert spec.allow_egress[2:] == ("10.9.0.0/16:443/TCP", "10.8.0.10/32:53/UDP", "[fd00::/8]:443/TCP")
+    policy = manifests.network_policy(spec, owner=None)
+    egress = policy["spec"]["egress"]
+    assert egress[0] == {"to": [{"podSelector": JOB_PODS}]}
+    kube_system = {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert egress[1] == {"to": [{"namespaceSelector": kube_system,
+                                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
+                                {"ipBlock": {"cidr": "169.254.20.10/32"}}],
+                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    assert egress[2]["to"][0]["namespaceSelector"] == {"matchLabels": {
+        "kubernetes.io/metadata.name": "openshift-dns"}}
+    assert egress[2]["ports"] == [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]
+    assert egress[3:] == [
+        {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+        {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/8"}}],
+         "ports": [{"protocol": "TCP", "port": 443}]},
+        {"to": [{"ipBlock": {"cidr": "10.8.0.10/32"}}], "ports": [{"protocol": "UDP", "port": 53}]}]
     kubernetes_validate.validate(policy, "1.37.0", strict=True)
+    restricted = manifests.network_policy(make_spec(restrict_egress=True), owner=None)
+    assert restricted["spec"]["egress"] == egress[:3]
+    assert "egress only to them, DNS" in manifests.egress_text(spec)
+    assert "egress open" in manifests.egress_text(make_spec())
 
 
 def test_dry_run_placeholders_hold_no_key() -> None:

@@ -15,9 +15,9 @@ horovodrun's failure report) are separate functions with unit tests; `main` does
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -241,7 +241,8 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     launched, workers = relaunch.read(settings.hostfile)
     hosts = with_chief(workers, pod_ip=settings.pod_ip, slots=settings.slots)
     num_proc = check_total(hosts, settings.num_processes)
-    user = pwd.getpwuid(os.getuid()).pw_name
+    # USER first: under a UID with no account (OpenShift) the entrypoint names it and loads nss_wrapper
+    user = getpass.getuser()
     log.info("waiting for %d workers' sshd on port %d: %s", len(workers), settings.ssh_port,
              ", ".join(w.host for w in workers) or "none")
     _wait_for_workers(workers, settings, user)
