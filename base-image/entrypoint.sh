@@ -31,7 +31,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 uid=$(id -u)
-sshd_env=()
+session_env=()  # what sshd gives the ranks it starts (SetEnv): one option, sshd keeps only the first
 
 find_nss_wrapper() {
     local candidate
@@ -55,7 +55,7 @@ if ! getent passwd "$uid" >/dev/null; then
     { cat /etc/group; getent group "$gid" >/dev/null || echo "trainer:x:$gid:"; } > "$account_dir/group"
     export LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$account_dir/passwd NSS_WRAPPER_GROUP=$account_dir/group
     export HOME=$account_dir/home USER=trainer LOGNAME=trainer
-    sshd_env=(-o "SetEnv=LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP=$NSS_WRAPPER_GROUP")
+    session_env+=("LD_PRELOAD=$lib" "NSS_WRAPPER_PASSWD=$NSS_WRAPPER_PASSWD" "NSS_WRAPPER_GROUP=$NSS_WRAPPER_GROUP")
 fi
 user=$(id -un)
 home=${HOME:-$(getent passwd "$user" | cut -d: -f6)}
@@ -92,6 +92,23 @@ install_keys() {  # $1: worker (authorized_keys only) or launcher (also the priv
     fi
 }
 
+# The variables the pod template sets (DT_POD_ENV names them), as this pod sees them, for the ranks sshd starts
+# here: Horovod's Gloo launcher gives every rank the chief's environment; each rank then loads this file
+# (the launcher's shim), so a variable set only in the worker template, or set differently there, reaches it.
+save_pod_env() {
+    [ -n "${DT_POD_ENV:-}" ] || return 0
+    local file=$state_dir/pod-env name names
+    IFS=, read -r -a names <<< "$DT_POD_ENV"
+    (umask 077 && : > "$file")
+    for name in "${names[@]}"; do
+        [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] && [ -n "${!name+set}" ] || continue
+        # POSIX single quotes (the ranks' shim is sh): each ' becomes '\''
+        local value=${!name}
+        printf "export %s='%s'\n" "$name" "${value//\'/\'\\\'\'}" >> "$file"
+    done
+    session_env+=("DT_HOST_ENV_FILE=$file")
+}
+
 worker() {
     install_keys worker
     mkdir -p "$state_dir"
@@ -115,7 +132,8 @@ worker() {
         -o "PidFile=$state_dir/sshd.pid"
     )
     [ -z "${DT_SSHD_LISTEN_ADDRESS:-}" ] || args+=(-o "ListenAddress=$DT_SSHD_LISTEN_ADDRESS")
-    args+=("${sshd_env[@]}")
+    save_pod_env
+    [ ${#session_env[@]} -eq 0 ] || args+=(-o "SetEnv=${session_env[*]}")
     log "sshd for user $user on port $port, key-only (authorized_keys: $ssh_dir/authorized_keys)"
     exec "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}"
 }

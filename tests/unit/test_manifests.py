@@ -12,6 +12,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 import podsecurity
 from distributetrain.hostfile import HostSlots
@@ -269,7 +270,9 @@ def test_the_template_is_laid_under_and_the_managers_parts_over(tmp_path: Path) 
     assert pod_spec["securityContext"] == {**POD_SPEC_COMMON["securityContext"], "runAsUser": 2000}
     # the job container: ours by name, image, command; env and mounts joined; cpu the template's, memory ours
     assert (job["name"], job["image"], job["args"]) == ("worker", IMAGE, ["worker"])
-    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV]
+    # (DT_POD_ENV: the template's variables, which the worker passes to the ranks it hosts)
+    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV,
+                          {"name": "DT_POD_ENV", "value": "NCCL_DEBUG"}]
     assert job["volumeMounts"] == [{"name": "datasets", "mountPath": "/datasets", "readOnly": True},
                                    SSH_MOUNT, SHM_MOUNT]
     assert job["resources"] == {"requests": {"cpu": "12", "memory": "33Gi", "nvidia.com/gpu": "4"},
@@ -378,3 +381,19 @@ def test_dry_run_placeholders_hold_no_key() -> None:
     assert hostfile["data"] == {"hostfile": "<pod IP of train-worker-0> slots=5\n"}
     for obj in (secret, hostfile):
         kubernetes_validate.validate(obj, "1.37.0", strict=True)
+
+
+def test_a_worker_names_its_templates_variables_for_its_ranks(tmp_path: Path) -> None:
+    """The worker's entrypoint saves the variables its template sets (DT_POD_ENV) for the ranks it hosts."""
+    worker_template = tmp_path / "worker.yaml"
+    worker_template.write_text(yaml.safe_dump({"spec": {"containers": [{"name": "job", "env": [
+        {"name": "ONLY_WORKER", "value": "yes"},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}))
+    spec = make_spec(worker_template=str(worker_template))
+    worker = manifests.worker_pod(spec, index=0, entry=Entry("n", 1), owner=None)
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert env["DT_POD_ENV"] == "ONLY_WORKER,NODE"
+    chief = manifests.chief_pod(spec, entry=Entry("n", 1), owner=None)
+    assert "DT_POD_ENV" not in {e["name"] for e in chief["spec"]["containers"][0]["env"]}
+    plain = manifests.worker_pod(make_spec(), index=0, entry=Entry("n", 1), owner=None)
+    assert "DT_POD_ENV" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}

@@ -117,6 +117,17 @@ def horovodrun_argv(
     return [*argv, *command]
 
 
+# run on each rank, after horovodrun's `env` gave it the chief's variables: a rank on a worker loads that
+# worker's own (its pod template's; the worker's entrypoint wrote them, sshd names the file)
+HOST_ENV_SHIM = ('if [ -n "${%s:-}" ] && [ -r "$%s" ]; then . "$%s"; fi; exec "$@"'
+                 % ((naming.ENV_HOST_ENV_FILE,) * 3))
+
+
+def with_host_env(command: Sequence[str]) -> list[str]:
+    """The training command as each rank runs it: its host's own environment loaded over the chief's."""
+    return ["sh", "-c", HOST_ENV_SHIM, "distributetrain-rank", *command]
+
+
 def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
     """Horovod fills hosts in hostfile order, every slot of one host before the next."""
     for h in hosts:
@@ -279,8 +290,8 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             argv = horovodrun_argv(
                 horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
-                network_interface=interface, start_timeout=settings.start_timeout, command=settings.command,
-                elastic=elastic,
+                network_interface=interface, start_timeout=settings.start_timeout,
+                command=with_host_env(settings.command), elastic=elastic,
             )
             log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
             log.info("starting: %s", shlex.join(argv))

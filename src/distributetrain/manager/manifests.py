@@ -339,13 +339,29 @@ def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentit
     """Worker `index`: sshd on the job's port, ready once the port accepts connections. `read_only_claim`:
     the volume claim is ReadOnlyMany; `policies`: the namespace's, which the pod is shaped to."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False, read_only_claim=read_only_claim)
+    env = _common_env(spec)
+    own = template_env_names(spec, naming.ROLE_WORKER)
+    if own:
+        env.append({"name": naming.ENV_POD_ENV, "value": ",".join(own)})
     container = {"name": naming.WORKER_CONTAINER, "args": [naming.ENTRYPOINT_WORKER],
-                 "env": _common_env(spec), "volumeMounts": mounts,
+                 "env": env, "volumeMounts": mounts,
                  "ports": [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}],
                  "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
                                     "timeoutSeconds": 1, "failureThreshold": 3}}
     return _pod(spec, naming.worker_name(spec.job_name, index), naming.ROLE_WORKER, entry, container, volumes,
                 owner, policies=policies)
+
+
+def template_env_names(spec: JobSpec, role: str) -> tuple[str, ...]:
+    """The variables the role's pod template sets on its job container (`env`, values and valueFrom alike;
+    not envFrom, whose names are known only in the pod), in order. A worker passes them to its ranks: the
+    rule is that a rank on a worker sees its worker's own value of each, over the chief's (Horovod's Gloo
+    launcher gives every rank the chief's environment, horovod/runner/gloo_run.py)."""
+    template = spec.template_for(role)
+    containers = (template.spec.get("containers") or []) if template else []
+    env = (containers[0].get("env") or []) if containers else []
+    return tuple(dict.fromkeys(str(e["name"]) for e in env
+                               if e.get("name") and not str(e["name"]).startswith("DT_")))
 
 
 def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
