@@ -121,7 +121,7 @@ def cluster(local_cluster_factory: Any) -> TestCluster:
 
 def test_jobs_in_a_restricted_limited_namespace_and_an_openshift_like_one(cluster: TestCluster,
                                                                           tmp_path: Path) -> None:
-    # -- team: restricted, LimitRange, quota, the shipped policy ----------------------------------------------
+    # -- team: restricted, LimitRange, quota, the shipped policy ---------------------------------------------
     manifests = kustomized(tmp_path, "team", "team-job")
     namespace, rest = manifests.split("---\n", 1)
     apply(cluster, namespace)  # the Namespace first: the LimitRange and quota go in before the manager
@@ -141,7 +141,7 @@ def test_jobs_in_a_restricted_limited_namespace_and_an_openshift_like_one(cluste
                            job_selector("team-job"), "-o", "name").stdout.split()
     assert left == ["pod/team-job-chief"]
 
-    # -- ocp: an arbitrary UID from the namespace's range, no passwd entry --------------------------------------
+    # -- ocp: an arbitrary UID from the namespace's range, no passwd entry -----------------------------------
     apply(cluster, yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": "ocp", "annotations": {"openshift.io/sa.scc.uid-range": "1000680000/10000",
                                        "openshift.io/sa.scc.supplemental-groups": "1000680000/10000"}}}))

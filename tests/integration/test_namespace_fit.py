@@ -210,8 +210,8 @@ def test_the_policy_refuses_a_privileged_pod_a_host_path_pod_and_an_unlabelled_s
     manager = as_manager(cluster)
     privileged = job_pod(owner, **{"spec.containers.0.securityContext": {"privileged": True}})
     host_path = job_pod(owner, **{"spec.volumes": [{"name": "root", "hostPath": {"path": "/"}}]})
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "loot", "namespace": "default"},
-              "stringData": {"a": "b"}}
+    secret: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret",
+                              "metadata": {"name": "loot", "namespace": "default"}, "stringData": {"a": "b"}}
     # before: RBAC alone lets the manager make all three
     for body in (privileged, host_path, secret):
         manager.create(copy.deepcopy(body))
