@@ -352,6 +352,24 @@ def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentit
                 owner, policies=policies)
 
 
+def gang(spec: JobSpec, workers: Sequence[Entry], chief: Entry, *, owner: ManagerIdentity | None,
+         read_only_claim: bool = False, policies: NamespacePolicies | None = None
+         ) -> list[tuple[str, dict[str, Any]]]:
+    """The pods a plan makes, as they would be created (shaped to the namespace), each named for messages
+    ("worker 0 (5 GPUs)", "the chief (1 GPU)"): what a run creates, a dry run shows and `plan --namespace`
+    and the manager check against the namespace's policies (fit.check_namespace)."""
+    def gpus(count: int) -> str:
+        return f"{count} GPU" + ("" if count == 1 else "s")
+
+    pods = [(f"worker {i} ({gpus(e.gpus)})",
+             worker_pod(spec, index=i, entry=e, owner=owner, read_only_claim=read_only_claim,
+                        policies=policies)) for i, e in enumerate(workers)]
+    pods.append((f"the chief ({gpus(chief.gpus)})",
+                 chief_pod(spec, entry=chief, owner=owner, read_only_claim=read_only_claim,
+                           policies=policies)))
+    return pods
+
+
 def template_env_names(spec: JobSpec, role: str) -> tuple[str, ...]:
     """The variables the role's pod template sets on its job container (`env`, values and valueFrom alike;
     not envFrom, whose names are known only in the pod), in order. A worker passes them to its ranks: the

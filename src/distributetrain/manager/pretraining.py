@@ -215,14 +215,8 @@ class PreTraining:
 
     def gang(self, plan: planner.Plan) -> list[tuple[str, dict[str, Any]]]:
         """The pods `plan` would create, as they would be created (shaped to the namespace), each named."""
-        spec, read_only = self.spec, self.read_only_claim
-        pods = [(f"worker {i} ({joblog.gpus_text(e.gpus)})",
-                 manifests.worker_pod(spec, index=i, entry=e, owner=self.owner, read_only_claim=read_only,
-                                      policies=self.policies)) for i, e in enumerate(plan.workers)]
-        pods.append((f"the chief ({joblog.gpus_text(plan.chief.gpus)})",
-                     manifests.chief_pod(spec, entry=plan.chief, owner=self.owner, read_only_claim=read_only,
-                                         policies=self.policies)))
-        return pods
+        return manifests.gang(self.spec, plan.workers, plan.chief, owner=self.owner,
+                              read_only_claim=self.read_only_claim, policies=self.policies)
 
     def _read_claim(self, name: str) -> dict[str, Any]:
         """The job's PersistentVolumeClaim, read by name (RBAC: get persistentvolumeclaims)."""
