@@ -103,8 +103,8 @@ def main() -> None:
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
                    "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
 @click.option("--openshift", is_flag=True,
-              help="OpenShift's restricted-v2 SCC in namespaces annotated openshift.io/sa.scc.uid-range: UIDs "
-                   "assigned from the range, others refused with the SCC's message.")
+              help="OpenShift's restricted-v2 SCC in namespaces annotated openshift.io/sa.scc.uid-range: "
+                   "UIDs assigned from the range, others refused with the SCC's message.")
 @click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
               metavar="FILE",
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "

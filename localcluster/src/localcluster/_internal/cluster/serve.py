@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--node-link", default="", metavar="RATE[,DELAY]",
                        help="each node's link to the others, e.g. 1gbit (process runtime, root)")
     serve.add_argument("--openshift", action="store_true",
-                       help="OpenShift's restricted-v2 SCC in namespaces with a UID range (doubles/openshift.py)")
+                       help="OpenShift's restricted-v2 SCC in namespaces with a UID range "
+                            "(doubles/openshift.py)")
     serve.add_argument("--images", type=Path, default=None, metavar="FILE",
                        help="the image map: which images the process runtime can run (default: none)")
     return parser
