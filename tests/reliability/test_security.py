@@ -349,7 +349,7 @@ def _process_status(pid: int) -> dict[str, str]:
 def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[..., object]) -> None:
     manifest = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
     pod_context = manifest["spec"]["securityContext"]
-    # no fixed uid (a namespace may assign one: OpenShift); the image's numeric USER is what runAsNonRoot checks
+    # no fixed uid (a namespace may assign one: OpenShift): runAsNonRoot checks the image's numeric USER
     assert pod_context["runAsNonRoot"] is True and "runAsUser" not in pod_context
     container = manifest["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
