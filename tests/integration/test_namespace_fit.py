@@ -218,7 +218,8 @@ def test_the_policy_refuses_a_privileged_pod_a_host_path_pod_and_an_unlabelled_s
         kind = "pods" if body["kind"] == "Pod" else "secrets"
         admin.delete(kind, "default", body["metadata"]["name"], grace_seconds=0)
     # after: the shipped policy refuses each, with its message
-    apply(cluster, yaml.safe_dump_all(docs))
+    params = yaml.safe_load((ROOT / "rbac" / "DistributeTrain_AdmissionParams.yaml").read_text())
+    apply(cluster, yaml.safe_dump_all([params, *docs]))
     said = refusal(manager, privileged)
     assert ("ValidatingAdmissionPolicy 'distributetrain-manager-writes' with binding "
             "'distributetrain-manager-writes' denied request: no privileged container and no added "
@@ -233,6 +234,9 @@ def test_the_policy_refuses_a_privileged_pod_a_host_path_pod_and_an_unlabelled_s
         refusal(manager, other)
     token = job_pod(owner, **{"spec.automountServiceAccountToken": True})
     assert "a job pod mounts no ServiceAccount token" in refusal(manager, token)
+    # the manager cannot touch the policy's params: it has no right on PodTemplates
+    with pytest.raises(ApiError, match='cannot delete resource "podtemplates"'):
+        manager.delete("podtemplates", "default", "distributetrain-admission")
     steal = job_pod(owner, **{"spec.volumes": [{"name": "s", "secret": {"secretName": "db-password"}}]})
     assert "a job pod mounts only the job's Secret" in refusal(manager, steal)
     # the policy lets a pod that is the job's through, and leaves the namespace's own objects alone

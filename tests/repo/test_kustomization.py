@@ -72,8 +72,8 @@ def test_one_setting_moves_both_images_and_the_namespace(tmp_path: Path) -> None
     # the pod template's ConfigMap follows the namespace, with the manager that mounts it
     assert next(o for o in rendered if o["kind"] == "ConfigMap")["metadata"]["namespace"] == "ml-team"
     # the admission policy's allowed image follows the base image (kustomizeconfig.yaml)
-    params = next(o for o in rendered if key(o) == ("ConfigMap", "distributetrain-admission"))
-    assert params["data"]["image"] == "registry.example.com/ml/base:1.4"
+    params = next(o for o in rendered if key(o) == ("PodTemplate", "distributetrain-admission"))
+    assert params["template"]["spec"]["containers"][0]["image"] == "registry.example.com/ml/base:1.4"
     # the namespace itself is renamed, still enforcing Pod Security restricted
     (namespace,) = [o for o in rendered if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "ml-team"

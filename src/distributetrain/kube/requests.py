@@ -38,6 +38,7 @@ RESOURCES: dict[str, Resource] = {
     "limitranges": Resource("/api/v1", "limitranges"),
     "resourcequotas": Resource("/api/v1", "resourcequotas"),
     "namespaces": Resource("/api/v1", "namespaces", namespaced=False),
+    "podtemplates": Resource("/api/v1", "podtemplates"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates

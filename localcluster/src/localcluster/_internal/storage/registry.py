@@ -58,6 +58,7 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("status",)),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), subresources=("status",)),
     Resource("", "v1", "limitranges", "LimitRange", True, ("limits",)),
+    Resource("", "v1", "podtemplates", "PodTemplate", True),
     Resource(_RBAC, "v1", "roles", "Role", True),
     Resource(_RBAC, "v1", "rolebindings", "RoleBinding", True),
     Resource(_RBAC, "v1", "clusterroles", "ClusterRole", False),
