@@ -56,9 +56,10 @@ spec:
 """
 
 
-def kustomized(tmp: Path, namespace: str, job: str, *, openshift: bool = False) -> str:
+def kustomized(tmp: Path, namespace: str, job: str, *, openshift_api_port: int | None = None) -> str:
     """The repository's kustomization moved to `namespace`, the manager asked for `job` (2 GPUs, COMMAND)
-    with a worker template of its own, as a user's overlay would say it."""
+    with a worker template of its own, as a user's overlay would say it. With `openshift_api_port`, the
+    openshift/ component too, its manager egress pointed at this API server's port (OpenShift's is 6443)."""
     overlay = tmp / namespace
     overlay.mkdir()
     (overlay / "worker-template.yaml").write_text(yaml.safe_dump(WORKER_TEMPLATE))
@@ -74,8 +75,12 @@ def kustomized(tmp: Path, namespace: str, job: str, *, openshift: bool = False) 
         "configMapGenerator": [{"name": "distributetrain-pod-template", "behavior": "merge",
                                 "files": ["worker-template.yaml"]}],
         "generatorOptions": {"disableNameSuffixHash": True}}
-    if openshift:
+    if openshift_api_port is not None:
         config["components"] = [os.path.relpath(REPO / "openshift", overlay)]
+        to_api = [{"op": "replace", "path": "/spec/egress/1/ports",
+                   "value": [{"protocol": "TCP", "port": openshift_api_port}]}]
+        target = {"kind": "NetworkPolicy", "name": "distributetrain-manager-egress"}
+        config["patches"].append({"target": target, "patch": yaml.safe_dump(to_api)})
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(config))
     done = subprocess.run([kubectl_path(), "kustomize", str(overlay)], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "HOME": str(overlay)})
@@ -145,7 +150,8 @@ def test_jobs_in_a_restricted_limited_namespace_and_an_openshift_like_one(cluste
     apply(cluster, yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": "ocp", "annotations": {"openshift.io/sa.scc.uid-range": "1000680000/10000",
                                        "openshift.io/sa.scc.supplemental-groups": "1000680000/10000"}}}))
-    apply(cluster, kustomized(tmp_path, "ocp", "ocp-job", openshift=True))
+    api_port = int(cluster.url.rsplit(":", 1)[1])
+    apply(cluster, kustomized(tmp_path, "ocp", "ocp-job", openshift_api_port=api_port))
     manager, log = finished(cluster, "ocp")
     assert manager["status"]["phase"] == "Succeeded", log[-4000:]
     trained(log)
