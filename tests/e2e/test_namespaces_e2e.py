@@ -147,9 +147,13 @@ def test_jobs_in_a_restricted_limited_namespace_and_an_openshift_like_one(cluste
     assert left == ["pod/team-job-chief"]
 
     # -- ocp: an arbitrary UID from the namespace's range, no passwd entry -----------------------------------
-    apply(cluster, yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": "ocp", "annotations": {"openshift.io/sa.scc.uid-range": "1000680000/10000",
-                                       "openshift.io/sa.scc.supplemental-groups": "1000680000/10000"}}}))
+    # created, not applied: OpenShift's controller sets these annotations, and a later `kubectl apply` of the
+    # kustomization's Namespace keeps them (apply removes only what an earlier apply set)
+    created = cluster.kubectl("create", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ocp", "annotations": {
+            "openshift.io/sa.scc.uid-range": "1000680000/10000",
+            "openshift.io/sa.scc.supplemental-groups": "1000680000/10000"}}}))
+    assert created.returncode == 0, created.stderr
     api_port = int(cluster.url.rsplit(":", 1)[1])
     apply(cluster, kustomized(tmp_path, "ocp", "ocp-job", openshift_api_port=api_port))
     manager, log = finished(cluster, "ocp")
