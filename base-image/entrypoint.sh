@@ -49,8 +49,11 @@ if ! getent passwd "$uid" >/dev/null; then
     (umask 077 && mkdir -p "$account_dir/home")
     chmod 0700 "$account_dir" "$account_dir/home"
     gid=$(id -g)
-    # `*`, not `x` or `!`: no password, not locked (sshd refuses a locked account)
-    { cat /etc/passwd; echo "trainer:*:$uid:$gid:DistributeTrain:$account_dir/home:/bin/bash"; } \
+    # `*`, not `x` or `!`: no password, not locked (sshd refuses a locked account). The image's own `trainer`
+    # (uid 10001) is left out: getpwnam finds the first line of a name, and sshd, which can log in only the
+    # user it runs as, would find that one and refuse every key.
+    { grep -v "^trainer:" /etc/passwd || true
+      echo "trainer:*:$uid:$gid:DistributeTrain:$account_dir/home:/bin/bash"; } \
         > "$account_dir/passwd"
     { cat /etc/group; getent group "$gid" >/dev/null || echo "trainer:x:$gid:"; } > "$account_dir/group"
     export LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$account_dir/passwd NSS_WRAPPER_GROUP=$account_dir/group
