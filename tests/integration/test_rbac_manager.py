@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from localcluster import TestCluster
-from manager_support import chief_behavior, leftovers, orchestrator, spec
+from manager_support import chief_behavior, leftovers, manager_pod, orchestrator, spec
 from visibility_support import MANAGER, observed_job
 
 from distributetrain.errors import ApiError
@@ -93,8 +93,10 @@ def test_removing_any_single_rule_fails_with_forbidden(rbac_cluster: TestCluster
     removed = role["rules"].pop(index)
     apply(rbac_cluster, [role])
     job = f"rbac-{kind.lower()}-{index}"
+    # owned by a manager pod, as rbac/'s admission policy requires of every job pod
+    owner = manager_pod(Kube(rbac_cluster.api_client()))
     orch, _ = orchestrator(rbac_cluster, spec(job_name=job, volume_claim="shared"),
-                           kube=as_manager(rbac_cluster))
+                           kube=as_manager(rbac_cluster), owner=owner)
     with pytest.raises(ApiError) as caught:
         orch.run()
     message = str(caught.value)
@@ -145,9 +147,10 @@ def test_rbac_grants_no_writes_cluster_wide() -> None:
 def test_rbac_and_manifests_validate_strictly(version: str) -> None:
     files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
-        "DistributeTrain_ClusterRole.yaml", "DistributeTrain_ClusterRoleBinding.yaml",
-        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml",
-        "DistributeTrain_PodTemplate.yaml"]
+        "DistributeTrain_AdmissionParams.yaml", "DistributeTrain_AdmissionPolicy.yaml",
+        "DistributeTrain_ClusterRole.yaml",
+        "DistributeTrain_ClusterRoleBinding.yaml", "DistributeTrain_ServiceAccount.yaml",
+        "DistributeTrain_Manager.yaml", "DistributeTrain_Namespace.yaml", "DistributeTrain_PodTemplate.yaml"]
     for path in files:
         for doc in yaml.safe_load_all(path.read_text()):
             kubernetes_validate.validate(doc, version, strict=True)

@@ -286,22 +286,27 @@ def test_network_policy_admits_only_the_jobs_own_pods(local_cluster_factory: Fac
     assert not _selects(peer, other_job)
     assert not _selects(peer, {naming.MANAGED_BY_KEY: naming.MANAGED_BY})
     assert "ports" not in spec["ingress"][0]  # Horovod's Gloo ports are chosen at run time
-    # egress: to the job's own pods on every port, and DNS (kube-dns, port 53) - nothing else by default, so a
-    # namespace's default-deny egress does not cut the job and the job reaches nothing beyond it
-    to_job, to_dns = spec["egress"]
+    # egress: open by default (one empty rule: a namespace's default-deny egress does not cut the job, and a
+    # first run reaches its data); --restrict-egress: the job's own pods on every port, and DNS
+    assert spec["egress"] == [{}]
+    _, restricted = _job_objects(cluster, restrict_egress="true")
+    assert restricted is not None
+    to_job, to_dns, to_openshift_dns = restricted["spec"]["egress"]
     assert to_job == {"to": [{"podSelector": peer}]}
-    (dns,) = to_dns["to"]
+    dns, node_local = to_dns["to"]
     assert dns["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
     assert _selects(dns["podSelector"], {"k8s-app": "kube-dns"})
+    assert node_local == {"ipBlock": {"cidr": "169.254.20.10/32"}}
     assert sorted(p["protocol"] for p in to_dns["ports"]) == ["TCP", "UDP"]
     assert {p["port"] for p in to_dns["ports"]} == {53}
+    assert {p["port"] for p in to_openshift_dns["ports"]} == {5353}
 
     # switchable: --no-network-policy makes none
     pods_off, policy_off = _job_objects(cluster, network_policy="false")
     assert policy_off is None
     assert len(pods_off) == 2
     row("NetworkPolicy per job (on by default, switchable)",
-        outcome="ingress only from the job's pods; egress to them and DNS",
+        outcome="ingress only from the job's pods; egress open, or (--restrict-egress) to them and DNS",
         notes="object content checked; the local cluster does not enforce it")
 
 
@@ -344,7 +349,8 @@ def _process_status(pid: int) -> dict[str, str]:
 def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[..., object]) -> None:
     manifest = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
     pod_context = manifest["spec"]["securityContext"]
-    assert pod_context["runAsNonRoot"] is True and pod_context["runAsUser"] != 0
+    # no fixed uid (a namespace may assign one: OpenShift): runAsNonRoot checks the image's numeric USER
+    assert pod_context["runAsNonRoot"] is True and "runAsUser" not in pod_context
     container = manifest["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]

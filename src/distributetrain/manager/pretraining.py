@@ -33,6 +33,7 @@ from distributetrain.manager import cleanup, manifests, placing, sshkeys
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, planner
+from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 GPU_WAIT_MAX_INTERVAL = 30.0
@@ -75,6 +76,8 @@ class PreTraining:
         # what a worker and the chief ask of a node besides GPUs (the template, cpu, memory, /dev/shm)
         self.demands = manifests.pod_demands(spec)
         self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
+        # the namespace's LimitRanges, quotas, Pod Security level and UID range, read before the first plan
+        self.policies: NamespacePolicies | None = None
 
     def run(self) -> StartedJob:
         """The phase: adopt, or plan and create the gang and the chief; return what runs."""
@@ -89,9 +92,7 @@ class PreTraining:
         made = f"Secret {secret} (the job's ssh key pair)"
         if spec.network_policy:
             policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
-            beyond = " and " + ", ".join(spec.allow_egress) if spec.allow_egress else ""
-            made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
-                     f"{beyond})")
+            made += f" and NetworkPolicy {policy}"
         self.reporter.say(f"created {made}")
         timings: dict[str, float] = {}
         attempt = 0
@@ -99,7 +100,8 @@ class PreTraining:
             names = []
             for index, entry in enumerate(plan.workers):
                 worker = self._create(manifests.worker_pod(spec, index=index, entry=entry, owner=self.owner,
-                                                           read_only_claim=self.read_only_claim))
+                                                           read_only_claim=self.read_only_claim,
+                                                           policies=self.policies))
                 names.append(worker["metadata"]["name"])
                 self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
                                   f"{joblog.gpus_text(entry.gpus)}")
@@ -123,7 +125,8 @@ class PreTraining:
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
                 self.reporter.hostfile_written(hostfile, hosts)
                 chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner,
-                                                         read_only_claim=self.read_only_claim))
+                                                         read_only_claim=self.read_only_claim,
+                                                         policies=self.policies))
                 timings["chief_created"] = self.clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
                                   f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
@@ -175,6 +178,11 @@ class PreTraining:
         if spec.volume_claim and self.claim is None:
             self.claim = self._read_claim(spec.volume_claim)
         while True:
+            self.policies = placing.namespace_policies(self.kube, spec.namespace)  # quota used: read anew
+            if not shown:
+                for line in self.policies.describe():
+                    self.reporter.say(f"namespace {spec.namespace}: {line}")
+                self.reporter.say(f"network: {manifests.egress_text(spec)}")
             self._check_deadline("planning")
             rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
             table = joblog.inventory_lines(rows, resource=spec.resource)
@@ -185,6 +193,7 @@ class PreTraining:
             try:
                 plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
                                  topology_key=spec.topology_key)
+                fit.check_namespace(self.gang(plan), self.policies, network_policy=spec.network_policy)
             except CannotPlace as err:
                 if self.clock() + interval > wait_until:
                     waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
@@ -203,6 +212,11 @@ class PreTraining:
                     raise InvalidInput(f"volume_claim: {problem}; {left}")
             self.reporter.planned(plan, attempt)
             return plan
+
+    def gang(self, plan: planner.Plan) -> list[tuple[str, dict[str, Any]]]:
+        """The pods `plan` would create, as they would be created (shaped to the namespace), each named."""
+        return manifests.gang(self.spec, plan.workers, plan.chief, owner=self.owner,
+                              read_only_claim=self.read_only_claim, policies=self.policies)
 
     def _read_claim(self, name: str) -> dict[str, Any]:
         """The job's PersistentVolumeClaim, read by name (RBAC: get persistentvolumeclaims)."""
