@@ -18,9 +18,48 @@
 #   DT_SSHD_STRICT_MODES   sshd StrictModes                    [yes]; `no` only when the key directory must
 #                          live under a world-writable parent such as /tmp
 #   DT_PYTHON              the Python with distributetrain     [python3]
+#   DT_NSS_WRAPPER         libnss_wrapper.so, for a UID with no account (below)  [found in the usual places]
+#   DT_ACCOUNT_DIR         where that account's passwd, group and home go      [${TMPDIR:-/tmp}/distributetrain-UID]
+#
+# A UID with no account. OpenShift's restricted-v2 SCC (and any runAsUser the image does not know) runs the
+# container as an arbitrary UID, group 0, HOME=/, with no line in /etc/passwd; ssh ("No user exists for
+# uid"), sshd and Python's pwd need one. The entrypoint then writes a passwd and a group file of its own
+# (the account `trainer`, home a fresh private directory) and loads them through nss_wrapper (LD_PRELOAD,
+# NSS_WRAPPER_PASSWD, NSS_WRAPPER_GROUP): for itself, the launcher and horovodrun's ssh by the environment,
+# and for the ranks sshd starts by sshd's SetEnv (a session's environment is sshd's to build).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+uid=$(id -u)
+session_env=()  # what sshd gives the ranks it starts (SetEnv): one option, sshd keeps only the first
+
+find_nss_wrapper() {
+    local candidate
+    for candidate in "${DT_NSS_WRAPPER:-}" /usr/lib/x86_64-linux-gnu/libnss_wrapper.so \
+        /usr/lib/aarch64-linux-gnu/libnss_wrapper.so /usr/lib64/libnss_wrapper.so /usr/lib/libnss_wrapper.so; do
+        [ -n "$candidate" ] && [ -e "$candidate" ] && { echo "$candidate"; return 0; }
+    done
+    return 1
+}
+
+if ! getent passwd "$uid" >/dev/null; then
+    lib=$(find_nss_wrapper) || { echo "entrypoint: error: uid $uid has no account and nss_wrapper" \
+        "(libnss-wrapper) is not installed: ssh and sshd need an account" >&2; exit 2; }
+    account_dir=${DT_ACCOUNT_DIR:-${TMPDIR:-/tmp}/distributetrain-$uid}
+    (umask 077 && mkdir -p "$account_dir/home")
+    chmod 0700 "$account_dir" "$account_dir/home"
+    gid=$(id -g)
+    # `*`, not `x` or `!`: no password, not locked (sshd refuses a locked account). The image's own `trainer`
+    # (uid 10001) is left out: getpwnam finds the first line of a name, and sshd, which can log in only the
+    # user it runs as, would find that one and refuse every key.
+    { grep -v "^trainer:" /etc/passwd || true
+      echo "trainer:*:$uid:$gid:DistributeTrain:$account_dir/home:/bin/bash"; } \
+        > "$account_dir/passwd"
+    { cat /etc/group; getent group "$gid" >/dev/null || echo "trainer:x:$gid:"; } > "$account_dir/group"
+    export LD_PRELOAD=$lib NSS_WRAPPER_PASSWD=$account_dir/passwd NSS_WRAPPER_GROUP=$account_dir/group
+    export HOME=$account_dir/home USER=trainer LOGNAME=trainer
+    session_env+=("LD_PRELOAD=$lib" "NSS_WRAPPER_PASSWD=$NSS_WRAPPER_PASSWD" "NSS_WRAPPER_GROUP=$NSS_WRAPPER_GROUP")
+fi
 user=$(id -un)
 home=${HOME:-$(getent passwd "$user" | cut -d: -f6)}
 secret_dir=${DT_SSH_DIR:-/etc/distributetrain/ssh}
@@ -56,6 +95,23 @@ install_keys() {  # $1: worker (authorized_keys only) or launcher (also the priv
     fi
 }
 
+# The variables the pod template sets (DT_POD_ENV names them), as this pod sees them, for the ranks sshd starts
+# here: Horovod's Gloo launcher gives every rank the chief's environment; each rank then loads this file
+# (the launcher's shim), so a variable set only in the worker template, or set differently there, reaches it.
+save_pod_env() {
+    [ -n "${DT_POD_ENV:-}" ] || return 0
+    local file=$state_dir/pod-env name names
+    IFS=, read -r -a names <<< "$DT_POD_ENV"
+    (umask 077 && : > "$file")
+    for name in "${names[@]}"; do
+        [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] && [ -n "${!name+set}" ] || continue
+        # POSIX single quotes (the ranks' shim is sh): each ' becomes '\''
+        local value=${!name}
+        printf "export %s='%s'\n" "$name" "${value//\'/\'\\\'\'}" >> "$file"
+    done
+    session_env+=("DT_HOST_ENV_FILE=$file")
+}
+
 worker() {
     install_keys worker
     mkdir -p "$state_dir"
@@ -79,6 +135,8 @@ worker() {
         -o "PidFile=$state_dir/sshd.pid"
     )
     [ -z "${DT_SSHD_LISTEN_ADDRESS:-}" ] || args+=(-o "ListenAddress=$DT_SSHD_LISTEN_ADDRESS")
+    save_pod_env
+    [ ${#session_env[@]} -eq 0 ] || args+=(-o "SetEnv=${session_env[*]}")
     log "sshd for user $user on port $port, key-only (authorized_keys: $ssh_dir/authorized_keys)"
     "${DT_SSHD_BIN:-/usr/sbin/sshd}" "${args[@]}" &
     sshd_pid=$!

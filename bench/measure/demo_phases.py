@@ -102,11 +102,11 @@ def phase_table(log: str, *, applied: float) -> list[dict[str, Any]]:
 def manager_manifest(epochs: int, *, extra_env: Sequence[dict[str, str]] = ()) -> str:
     """manifests/DistributeTrain_Manager.yaml as the demo applies it, with a short training (DT_COMMAND) and
     `extra_env` added to the manager's environment."""
-    pod: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    container = pod["spec"]["containers"][0]
+    job: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "DistributeTrain_Manager.yaml").read_text())
+    container = job["spec"]["template"]["spec"]["containers"][0]
     command = {"name": "DT_COMMAND", "value": f"python3 /opt/distributetrain/Train.py --epochs {epochs}"}
     container["env"] = [*container.get("env", []), command, *extra_env]
-    return yaml.safe_dump(pod)
+    return yaml.safe_dump(job)
 
 
 def _run(argv: Sequence[str], *, env: dict[str, str], input: str | None = None,
@@ -134,7 +134,8 @@ def run_manager(manifest: str, *, prefix: str, pod_security: bool) -> tuple[str,
                 namespace = ROOT / "scripts" / "demo-namespace.yaml"
                 _run([*kubectl, "apply", "--server-side", "-f", str(namespace)], env=env)
             _run([*kubectl, "apply", "-f", str(ROOT / "rbac"), "-f",
-                  str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml")], env=env)
+                  str(ROOT / "manifests" / "DistributeTrain_PodTemplate.yaml"), "-f",
+                  str(ROOT / "manifests" / "DistributeTrain_PriorityClass.yaml")], env=env)
             applied = time.time()
             _run([*kubectl, "apply", "-f", "-"], env=env, input=manifest)
             phase = ""
@@ -142,8 +143,9 @@ def run_manager(manifest: str, *, prefix: str, pod_security: bool) -> tuple[str,
                 if time.time() - applied > TIMEOUT:
                     raise RuntimeError(f"the manager did not end within {TIMEOUT:g}s")
                 time.sleep(1.0)
-                phase = _run([*kubectl, "get", "pod", MANAGER, "-o", "jsonpath={.status.phase}"], env=env)
-            log = _run([*kubectl, "logs", MANAGER], env=env)
+                phase = _run([*kubectl, "get", "pod", "-l", f"batch.kubernetes.io/job-name={MANAGER}", "-o",
+                              "jsonpath={.items[-1:].status.phase}"], env=env)
+            log = _run([*kubectl, "logs", f"job/{MANAGER}"], env=env)
         finally:
             _run([*local, "down", "--dir", tmp], env=env)
     return phase, log, applied

@@ -173,6 +173,11 @@ ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the en
 ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
 ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)
 ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs
+# per-role environment for the ranks: Horovod's Gloo launcher starts every rank with the chief's environment
+# (horovod/runner/gloo_run.py), so a worker's entrypoint saves the variables its pod template sets (named in
+# DT_POD_ENV) to a file, sshd names it to the ranks it starts (DT_HOST_ENV_FILE), and each rank loads it last
+ENV_POD_ENV = "DT_POD_ENV"          # worker: the template's variable names, comma-separated
+ENV_HOST_ENV_FILE = "DT_HOST_ENV_FILE"  # a rank on a worker: the file of that worker's own variables
 # elastic jobs (chief): horovodrun --min-np/--max-np, and how long Horovod waits for its minimum
 ENV_MIN_PROCESSES = "DT_MIN_PROCESSES"
 ENV_MAX_PROCESSES = "DT_MAX_PROCESSES"

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from localcluster import TestCluster, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from user_manifests import JOB, MANAGER, apply, manager_ended, manager_manifest, pod_json, wait_for_phase
+from user_manifests import JOB, MANAGER, apply, manager_ended, manager_manifest, manager_pod, wait_for_phase
 
 from distributetrain import naming
 
@@ -33,9 +33,9 @@ BLOCKER = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "blocker", "n
 
 
 def phase_column(cluster: TestCluster) -> str | None:
-    done = cluster.kubectl("get", "pod", MANAGER, "-L", naming.PHASE_LABEL, "--no-headers")
+    done = cluster.kubectl("get", "job", MANAGER, "-L", naming.PHASE_LABEL, "--no-headers")
     fields = done.stdout.split()
-    return fields[-1] if done.returncode == 0 and len(fields) >= 6 else None
+    return fields[-1] if done.returncode == 0 and len(fields) >= 5 else None
 
 
 def scrape(ip: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -57,7 +57,7 @@ def test_metrics_phase_label_describe_and_events_of_a_real_job(manifests_cluster
 
     # PreTraining waits for GPUs: the phase column says Planning, and the metrics say it too
     wait_until(lambda: phase_column(cluster) == "Planning", timeout=120, interval=0.5, what="phase Planning")
-    manager = pod_json(cluster, MANAGER) or {}
+    manager = manager_pod(cluster) or {}
     ports = manager["spec"]["containers"][0]["ports"]
     assert ports == [{"name": "metrics", "containerPort": naming.DEFAULT_METRICS_PORT, "protocol": "TCP"}]
     ip = manager["status"]["podIP"]
@@ -91,7 +91,7 @@ def test_metrics_phase_label_describe_and_events_of_a_real_job(manifests_cluster
     assert "not recorded" not in log and "are not shown" not in log
     assert phase_column(cluster) == "Succeeded"
 
-    described = cluster.kubectl("describe", "pod", MANAGER).stdout
+    described = cluster.kubectl("describe", "job", MANAGER).stdout
     assert "distributetrain.io/phase=Succeeded" in described
     assert "distributetrain.io/progress: epoch 3 of 3, step " in described, described
     assert "distributetrain.io/plan: 5 on node-1, 1 on node-3 (chief)" in described

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from localcluster import TestCluster, wait_until
-from manager_support import IMAGE, Recorder, chief_behavior, leftovers, orchestrator, spec
+from manager_support import IMAGE, Recorder, chief_behavior, leftovers, manager_pod, orchestrator, spec
 
 from distributetrain import naming
 from distributetrain.kube.gateway import Kube
@@ -265,7 +265,9 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
     assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
     as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
                                  ca_path=str(cluster.ca_path))
-    orch, recorder = orchestrator(cluster, spec(min_gpus="1"), kube=as_manager)
+    # the manager's pod owns the job's pods: rbac/'s admission policy admits no job pod without an owner
+    owner = manager_pod(Kube(cluster.api_client()))
+    orch, recorder = orchestrator(cluster, spec(min_gpus="1"), kube=as_manager, owner=owner)
     running = Running(cluster, orch)
     wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
@@ -279,7 +281,7 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
         if "configmaps" in rule["resources"]:
             rule["verbs"].remove("patch")
     assert cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(without)).returncode == 0
-    orch, recorder = orchestrator(cluster, spec(min_gpus="1", job_name="train"), kube=as_manager)
+    orch, recorder = orchestrator(cluster, spec(min_gpus="1", job_name="train"), kube=as_manager, owner=owner)
     running = Running(cluster, orch)
     wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)

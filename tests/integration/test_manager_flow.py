@@ -72,6 +72,11 @@ def test_six_gpus_on_5_3_2(local_cluster_factory: Factory) -> None:
     assert launched.timings["chief_created"] >= launched.timings["workers_created"]
     # the manager's log tells the user all of it, in order: the inventory, the plan, each pod and where
     said = [line.split(" distributetrain: ", 1)[1] for line in recorder.text.splitlines()]
+    # first the namespace's policies and the job's network rules, read and decided before anything
+    assert said[:2] == ["namespace default: Pod Security: enforce=restricted",
+                        "network: ingress only from the job's pods; egress open (to anywhere; "
+                        "--restrict-egress limits it to the job's pods and DNS)"]
+    said = said[2:]
     assert said[:5] == [
         "inventory: 3 node(s), 3 eligible; 10 of 10 nvidia.com/gpu free on eligible nodes",
         "  NODE    ALLOCATABLE  REQUESTED  FREE  ELIGIBLE",

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from localcluster import TestCluster
-from manager_support import chief_behavior, leftovers, orchestrator, spec
+from manager_support import chief_behavior, leftovers, manager_pod, orchestrator, spec
 from visibility_support import MANAGER, observed_job
 
 from distributetrain.errors import ApiError
@@ -72,12 +72,12 @@ def test_manager_completes_with_exactly_the_rbac_rules(rbac_cluster: TestCluster
     reasons = rbac_cluster.kubectl("get", "events", "--field-selector", f"involvedObject.name={MANAGER}",
                                    "-o", "jsonpath={.items[*].reason}").stdout.split()
     assert {"Planned", "TrainingSucceeded", "CleanedUp"} <= set(reasons), reasons
-    label = rbac_cluster.kubectl("get", "pod", MANAGER, "-o", "jsonpath={.metadata.labels}").stdout
+    label = rbac_cluster.kubectl("get", "job", MANAGER, "-o", "jsonpath={.metadata.labels}").stdout
     assert '"distributetrain.io/phase":"Succeeded"' in label
 
 
 def optional(rule: dict[str, Any]) -> bool:
-    """Rules the job runs without: Events, and patching the manager's own pod (its phase label)."""
+    """Rules the job runs without: Events, and patching the manager's own Job (its phase label)."""
     return rule["resources"] == ["events"] or rule.get("resourceNames") == [MANAGER]
 
 
@@ -93,8 +93,10 @@ def test_removing_any_single_rule_fails_with_forbidden(rbac_cluster: TestCluster
     removed = role["rules"].pop(index)
     apply(rbac_cluster, [role])
     job = f"rbac-{kind.lower()}-{index}"
+    # owned by a manager pod, as rbac/'s admission policy requires of every job pod
+    owner = manager_pod(Kube(rbac_cluster.api_client()))
     orch, _ = orchestrator(rbac_cluster, spec(job_name=job, volume_claim="shared"),
-                           kube=as_manager(rbac_cluster))
+                           kube=as_manager(rbac_cluster), owner=owner)
     with pytest.raises(ApiError) as caught:
         orch.run()
     message = str(caught.value)
@@ -118,20 +120,20 @@ def test_removing_a_visibility_rule_never_fails_the_job(rbac_cluster: TestCluste
     observer.close()
     log = observer.stream.getvalue()
     said = ("not recorded: " if removed["resources"] == ["events"]
-            else f"are not shown on pod default/{MANAGER}: ")
+            else f"are not shown on job default/{MANAGER}: ")
     assert log.count(said) == 1, log  # once, however many writes were refused
     verb = removed["verbs"][0]
     assert f'cannot {verb} resource "{removed["resources"][0]}"' in log, log
     assert "further failures of this kind are not logged" in log
 
 
-def test_the_visibility_rules_are_exactly_create_events_and_patch_the_manager_pod() -> None:
+def test_the_visibility_rules_are_exactly_create_events_and_patch_the_manager_job() -> None:
     rules = [r for r in roles()["Role"]["rules"] if optional(r)]
     assert rules == [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-        {"apiGroups": [""], "resources": ["pods"], "resourceNames": [MANAGER], "verbs": ["patch"]}]
-    (pod,) = documents("manifests/DistributeTrain_Manager.yaml")
-    assert pod["metadata"]["name"] == MANAGER
+        {"apiGroups": ["batch"], "resources": ["jobs"], "resourceNames": [MANAGER], "verbs": ["patch"]}]
+    (job,) = documents("manifests/DistributeTrain_Manager.yaml")
+    assert (job["kind"], job["metadata"]["name"]) == ("Job", MANAGER)
 
 
 def test_rbac_grants_no_writes_cluster_wide() -> None:
@@ -145,9 +147,12 @@ def test_rbac_grants_no_writes_cluster_wide() -> None:
 def test_rbac_and_manifests_validate_strictly(version: str) -> None:
     files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
-        "DistributeTrain_ClusterRole.yaml", "DistributeTrain_ClusterRoleBinding.yaml",
-        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml",
-        "DistributeTrain_PodTemplate.yaml"]
+        "DistributeTrain_AdmissionParams.yaml", "DistributeTrain_AdmissionPolicy.yaml",
+        "DistributeTrain_ClusterRole.yaml",
+        "DistributeTrain_ClusterRoleBinding.yaml", "DistributeTrain_ServiceAccount.yaml",
+        "DistributeTrain_Manager.yaml", "DistributeTrain_ManagerDisruptionBudget.yaml",
+        "DistributeTrain_Namespace.yaml", "DistributeTrain_PodTemplate.yaml",
+        "DistributeTrain_PriorityClass.yaml"]
     for path in files:
         for doc in yaml.safe_load_all(path.read_text()):
             kubernetes_validate.validate(doc, version, strict=True)
@@ -166,8 +171,9 @@ def test_the_role_reads_the_job_secret_by_name_and_lists_no_secret() -> None:
 
 
 def test_manager_manifest_runs_as_the_service_account_non_root() -> None:
-    (pod,) = documents("manifests/DistributeTrain_Manager.yaml")
-    assert pod["metadata"]["name"] == "distributetrain-manager"
+    (job,) = documents("manifests/DistributeTrain_Manager.yaml")
+    assert (job["kind"], job["metadata"]["name"]) == ("Job", "distributetrain-manager")
+    pod = job["spec"]["template"]
     assert pod["spec"]["serviceAccountName"] == SA and pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     container = pod["spec"]["containers"][0]
@@ -176,4 +182,18 @@ def test_manager_manifest_runs_as_the_service_account_non_root() -> None:
                 for e in container["env"] if "valueFrom" in e}
     assert downward == {"DT_NAMESPACE": "metadata.namespace", "DT_MANAGER_POD_NAME": "metadata.name",
                         "DT_MANAGER_POD_UID": "metadata.uid", "DT_MANAGER_NAMESPACE": "metadata.namespace",
-                        "DT_MANAGER_POD_IPS": "status.podIPs"}
+                        "DT_MANAGER_POD_IPS": "status.podIPs",
+                        "DT_MANAGER_JOB_NAME": "metadata.labels['batch.kubernetes.io/job-name']",
+                        "DT_MANAGER_JOB_UID": "metadata.labels['batch.kubernetes.io/controller-uid']"}
+
+
+def test_the_manager_job_hands_a_lost_pod_on_and_never_reruns_a_finished_training() -> None:
+    (job,) = documents("manifests/DistributeTrain_Manager.yaml")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    # a drain, eviction, preemption or node shutdown of the manager pod: ignored, another one adopts the job
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    # only the manager pod's own end is retried (77: the API server gone too long; 137/143: killed or stopped)
+    assert rules[1] == {"action": "FailJob", "onExitCodes": {"containerName": "manager", "operator": "NotIn",
+                                                             "values": [77, 137, 143]}}
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (1, 1)
+    assert job["spec"]["template"]["spec"]["priorityClassName"] == "distributetrain-manager"

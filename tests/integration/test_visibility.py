@@ -46,8 +46,8 @@ def run_in_thread(orchestrator: Orchestrator) -> tuple[threading.Thread, dict[st
 
 
 def phase_column(cluster: TestCluster) -> str:
-    """The PHASE column of `kubectl get pod distributetrain-manager -L distributetrain.io/phase`."""
-    done = cluster.kubectl("get", "pod", MANAGER, "-L", naming.PHASE_LABEL)
+    """The PHASE column of `kubectl get job distributetrain-manager -L distributetrain.io/phase`."""
+    done = cluster.kubectl("get", "job", MANAGER, "-L", naming.PHASE_LABEL)
     header, row = done.stdout.splitlines()
     assert header.split()[-1] == "PHASE", done.stdout
     return row.split()[-1]
@@ -72,7 +72,7 @@ def test_describe_get_events_and_the_phase_column_show_the_job(local_cluster_fac
     thread, outcome = run_in_thread(orchestrator)
     # while it trains: the phase column, and the progress in the annotations
     wait_until(lambda: phase_column(cluster) == "Running", timeout=60, interval=0.2, what="phase Running")
-    running = json.loads(cluster.kubectl("get", "pod", MANAGER, "-o", "json").stdout)["metadata"]
+    running = json.loads(cluster.kubectl("get", "job", MANAGER, "-o", "json").stdout)["metadata"]
     assert running["annotations"][naming.JOB_GPUS_ANNOTATION] == "6 requested, 6 held"
     assert running["annotations"][naming.PLAN_ANNOTATION] == "5 on node-1, 1 on node-3 (chief)"
     thread.join(60)
@@ -80,7 +80,7 @@ def test_describe_get_events_and_the_phase_column_show_the_job(local_cluster_fac
     assert outcome == {"code": 0}
     assert phase_column(cluster) == "Succeeded"
 
-    described = cluster.kubectl("describe", "pod", MANAGER).stdout
+    described = cluster.kubectl("describe", "job", MANAGER).stdout
     assert "distributetrain.io/phase=Succeeded" in described
     assert ("distributetrain.io/progress: epoch 2 of 2, step 14, loss 0.2000, accuracy 0.9500, 14.0 steps/s"
             in described), described
@@ -163,13 +163,13 @@ def test_events_and_labels_that_fail_never_fail_the_job(local_cluster_factory: F
     cluster = local_cluster_factory(behaviors=[(is_chief, Behavior(log=CHIEF_LOG, exit_code=0,
                                                                    exit_after=0.5))])
     cluster.inject_fault(500, verb="create", resource="events", count=10_000)
-    cluster.inject_fault(503, verb="patch", resource="pods", count=10_000)
+    cluster.inject_fault(503, verb="patch", resource="jobs", count=10_000)
     orchestrator, observer = observed_job(cluster, tmp_path, "quiet")
     assert orchestrator.run() == 0
     observer.close()
     log = observer.stream.getvalue() if isinstance(observer.stream, io.StringIO) else ""
     assert log.count("not recorded") == 1, log
-    assert log.count("are not shown on pod default/distributetrain-manager") == 1, log
+    assert log.count("are not shown on job default/distributetrain-manager") == 1, log
     assert ours(events_of(cluster, MANAGER)) == []
     # what could be written still was: the metrics' state
     assert jobstate.loads((tmp_path / "state.json").read_text()).phase == "Succeeded"

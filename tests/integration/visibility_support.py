@@ -1,5 +1,6 @@
-"""What the tests of the job's visibility share: a pod standing for the manager, and a job run with the
-Observer as its Reporter (Events, the manager pod's label and annotations, the metrics' state file)."""
+"""What the tests of the job's visibility share: a Job standing for the manager's (as the shipped manifest
+runs it), and a job run with the Observer as its Reporter (Events, the manager Job's label and annotations,
+the metrics' state file)."""
 
 from __future__ import annotations
 
@@ -19,24 +20,27 @@ from distributetrain.request.jobspec import ManagerIdentity
 MANAGER = "distributetrain-manager"
 
 
-def manager_pod(kube: Kube) -> ManagerIdentity:
-    """A pod standing for the manager (restricted, as the demo namespace enforces), to carry its Events,
-    label and annotations."""
-    created = kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {
+def manager_identity(kube: Kube) -> ManagerIdentity:
+    """The manager as the shipped manifest runs it: a pod of the Job `distributetrain-manager`, which carries
+    the job's Events, label and annotations and owns its objects. The Job is suspended (it makes no pod: the
+    test process is the manager); its pod's name and uid are the downward API's."""
+    created = kube.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
         "name": MANAGER, "namespace": "default", "labels": {"app.kubernetes.io/name": "distributetrain"}},
-        "spec": {"restartPolicy": "Never",
-                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
-                                     "seccompProfile": {"type": "RuntimeDefault"}},
-                 "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0",
-                                 "securityContext": {"allowPrivilegeEscalation": False,
-                                                     "capabilities": {"drop": ["ALL"]}}}]}})
-    return ManagerIdentity(name=MANAGER, uid=created["metadata"]["uid"], namespace="default")
+        "spec": {"suspend": True, "template": {"spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "manager", "image": "distributetrain/manager:0.1.0",
+                            "securityContext": {"allowPrivilegeEscalation": False,
+                                                "capabilities": {"drop": ["ALL"]}}}]}}}})
+    return ManagerIdentity(name=f"{MANAGER}-x7k2p", uid="manager-pod-uid", namespace="default",
+                           job_name=MANAGER, job_uid=created["metadata"]["uid"])
 
 
 def observed_job(cluster: TestCluster, tmp_path: Path, job: str, *, kube: Kube | None = None,
                  **fields: object) -> tuple[Orchestrator, Observer]:
     """The job `job` run by a manager (as `kube`, admin by default) whose Reporter is the Observer."""
-    owner = manager_pod(Kube(cluster.api_client()))
+    owner = manager_identity(Kube(cluster.api_client()))
     kube = kube or Kube(cluster.api_client())
     job_spec = spec(job_name=job, **fields)
     state = jobstate.initial(job=job, namespace="default", gpus=job_spec.gpus)

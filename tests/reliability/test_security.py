@@ -286,22 +286,27 @@ def test_network_policy_admits_only_the_jobs_own_pods(local_cluster_factory: Fac
     assert not _selects(peer, other_job)
     assert not _selects(peer, {naming.MANAGED_BY_KEY: naming.MANAGED_BY})
     assert "ports" not in spec["ingress"][0]  # Horovod's Gloo ports are chosen at run time
-    # egress: to the job's own pods on every port, and DNS (kube-dns, port 53) - nothing else by default, so a
-    # namespace's default-deny egress does not cut the job and the job reaches nothing beyond it
-    to_job, to_dns = spec["egress"]
+    # egress: open by default (one empty rule: a namespace's default-deny egress does not cut the job, and a
+    # first run reaches its data); --restrict-egress: the job's own pods on every port, and DNS
+    assert spec["egress"] == [{}]
+    _, restricted = _job_objects(cluster, restrict_egress="true")
+    assert restricted is not None
+    to_job, to_dns, to_openshift_dns = restricted["spec"]["egress"]
     assert to_job == {"to": [{"podSelector": peer}]}
-    (dns,) = to_dns["to"]
+    dns, node_local = to_dns["to"]
     assert dns["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
     assert _selects(dns["podSelector"], {"k8s-app": "kube-dns"})
+    assert node_local == {"ipBlock": {"cidr": "169.254.20.10/32"}}
     assert sorted(p["protocol"] for p in to_dns["ports"]) == ["TCP", "UDP"]
     assert {p["port"] for p in to_dns["ports"]} == {53}
+    assert {p["port"] for p in to_openshift_dns["ports"]} == {5353}
 
     # switchable: --no-network-policy makes none
     pods_off, policy_off = _job_objects(cluster, network_policy="false")
     assert policy_off is None
     assert len(pods_off) == 2
     row("NetworkPolicy per job (on by default, switchable)",
-        outcome="ingress only from the job's pods; egress to them and DNS",
+        outcome="ingress only from the job's pods; egress open, or (--restrict-egress) to them and DNS",
         notes="object content checked; the local cluster does not enforce it")
 
 
@@ -343,23 +348,26 @@ def _process_status(pid: int) -> dict[str, str]:
 
 def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[..., object]) -> None:
     manifest = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    pod_context = manifest["spec"]["securityContext"]
-    assert pod_context["runAsNonRoot"] is True and pod_context["runAsUser"] != 0
-    container = manifest["spec"]["containers"][0]
+    pod_spec = manifest["spec"]["template"]["spec"]  # the manager Job's pod
+    pod_context = pod_spec["securityContext"]
+    # no fixed uid (a namespace may assign one: OpenShift): runAsNonRoot checks the image's numeric USER
+    assert pod_context["runAsNonRoot"] is True and "runAsUser" not in pod_context
+    container = pod_spec["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     dockerfile = (REPO / "manager-image" / "Dockerfile").read_text()
     user_lines = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("USER ")]
     assert user_lines and user_lines[-1].split(":")[0] not in ("0", "root")
 
-    # and it works so: the shipped manifest's pod, run by the process runtime as the kubelet would (its
+    # and it works so: the shipped manifest's Job's pod, run by the process runtime as the kubelet would (its
     # securityContext applied; the project's files served however the checkout's parents are permissioned),
     # runs a whole one-GPU job
     if os.geteuid() != 0:
         pytest.fail("this check needs root: the process runtime runs pods in their own namespaces")
     cluster = local_cluster_factory(nodes=[1], cpu_nodes=1, runtime="process")
     applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
-                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
+                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"), "-f",
+                              str(REPO / "manifests" / "DistributeTrain_PriorityClass.yaml"))
     assert applied.returncode == 0, applied.stderr
     container["args"] = ["--gpus", "1", "--image", IMAGE, "--job-name", "nonroot"]
     container["env"].append({"name": "DT_COMMAND", "value": "python3 -c 'print(\"trained\")'"})
@@ -368,7 +376,7 @@ def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[
 
     def manager_process() -> dict[str, str]:
         runs = [r for r in getattr(cluster.runtime, "pods", {}).values()
-                if r.name == "distributetrain-manager"]
+                if r.name.startswith("distributetrain-manager-")]
         pids = [c.pid for r in runs for c in r.app if c.pid is not None]
         return _process_status(pids[0]) if pids else {}
 
@@ -377,13 +385,14 @@ def test_manager_runs_as_non_root(local_cluster_factory: Factory, row: Callable[
     assert status["Gid"].split()[0] == "65532"
     assert int(status["CapEff"], 16) == 0 and int(status["CapPrm"], 16) == 0
     assert status["NoNewPrivs"] == "1"
-    phase = wait_until(lambda: (p := json.loads(cluster.kubectl("get", "pod", "distributetrain-manager",
-                                                                "-o", "json").stdout)["status"]["phase"])
+    selector = "batch.kubernetes.io/job-name=distributetrain-manager"
+    phase = wait_until(lambda: (p := json.loads(cluster.kubectl("get", "pod", "-l", selector, "-o", "json")
+                                                .stdout)["items"][-1]["status"]["phase"])
                        in ("Succeeded", "Failed") and p, timeout=300, every=1.0)
-    log = cluster.kubectl("logs", "distributetrain-manager").stdout
+    log = cluster.kubectl("logs", "job/distributetrain-manager").stdout
     assert phase == "Succeeded", log[-3000:]
     assert "chief nonroot-chief ended with exit code 0" in log
     assert leftovers(kube_of(cluster), "nonroot") == {"pods": ["nonroot-chief"]}
     row("manager runs as non-root", outcome="uid 65532, no capabilities, no_new_privs: job exit 0",
         exit_code=0, runtime="process",
-        notes="the shipped manifest's pod, its securityContext applied by the process runtime")
+        notes="the shipped manifest's Job's pod, its securityContext applied by the process runtime")

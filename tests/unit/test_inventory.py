@@ -441,3 +441,21 @@ def test_mig_devices_serve_one_gpu_jobs_only() -> None:
     assert one([mig], job_gpus=1).eligible
     row = one([mig], job_gpus=4)
     assert not row.eligible and "NCCL cannot use MIG" in str(row.reason)
+
+
+def test_gke_gpu_sharing_labels_count_as_time_slicing_and_mig() -> None:
+    """GKE's own node-pool labels: time-sharing or MPS (a strategy, or more than one client per GPU) give a
+    job pod one GPU; MIG partitions serve 1-GPU jobs only, as GPU feature discovery's labels do."""
+    for labels in ({"cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+                    "cloud.google.com/gke-max-shared-clients-per-gpu": "3"},
+                   {"cloud.google.com/gke-gpu-sharing-strategy": "mps"},
+                   {"cloud.google.com/gke-max-shared-clients-per-gpu": "2"}):
+        row = one([node("n1", labels=labels)])
+        assert (row.free, row.offered, row.eligible) == (8, 1, True), labels
+        assert row.note is not None and "shared GPUs (cloud.google.com/gke-" in row.note
+    assert one([node("n1", labels={"cloud.google.com/gke-max-shared-clients-per-gpu": "1"})]).offered == 8
+    partitioned = node("n1", labels={"cloud.google.com/gke-gpu-partition-size": "1g.5gb"})
+    assert one([partitioned], job_gpus=1).eligible
+    row = one([partitioned], job_gpus=2)
+    assert not row.eligible
+    assert "MIG partitions (cloud.google.com/gke-gpu-partition-size=1g.5gb)" in str(row.reason)

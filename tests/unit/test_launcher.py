@@ -4,7 +4,9 @@ and its error paths up to the point where horovodrun would start."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,18 @@ def test_the_chief_uses_its_ipv4_address_on_a_dual_stack_network() -> None:
     assert launchsettings.own_ip({"DT_POD_IP": "10.244.3.9"}) == "10.244.3.9"
     settings = launchsettings.parse_settings([], {"DT_POD_IP": "fd00::9", "DT_POD_IPS": "fd00::9,10.244.3.9"})
     assert settings.pod_ip == "10.244.3.9"
+
+
+def test_each_rank_loads_its_hosts_own_environment_over_the_chiefs(tmp_path: Path) -> None:
+    """Horovod's Gloo launcher runs every rank as `env CHIEF_VARS... COMMAND`: the shim then loads the file a
+    worker's entrypoint wrote (DT_HOST_ENV_FILE, given by that worker's sshd), so its own values win."""
+    own = tmp_path / "pod-env"
+    own.write_text("export ONLY_WORKER='yes'\nexport SHARED='worker'\n")
+    argv = launcher.with_host_env(["sh", "-c", 'echo "$ONLY_WORKER $SHARED $CHIEF"'])
+    assert argv[:2] == ["sh", "-c"] and argv[-3:] == ["sh", "-c", 'echo "$ONLY_WORKER $SHARED $CHIEF"']
+    chief_env = {"PATH": os.environ["PATH"], "SHARED": "chief", "CHIEF": "c"}
+    on_worker = subprocess.run(argv, env={**chief_env, "DT_HOST_ENV_FILE": str(own)}, capture_output=True,
+                               text=True, check=True)
+    assert on_worker.stdout == "yes worker c\n"
+    on_chief = subprocess.run(argv, env=chief_env, capture_output=True, text=True, check=True)
+    assert on_chief.stdout == " chief c\n"

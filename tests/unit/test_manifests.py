@@ -13,6 +13,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 import podsecurity
 from distributetrain.hostfile import HostSlots
@@ -120,13 +121,8 @@ NETWORK = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                         "ownerReferences": OWNER_REFS},
            "spec": {"podSelector": JOB_PODS, "policyTypes": ["Ingress", "Egress"],
                     "ingress": [{"from": [{"podSelector": JOB_PODS}]}],
-                    # job pods to job pods on every port, and DNS, so a default-deny egress cannot cut the job
-                    "egress": [{"to": [{"podSelector": JOB_PODS}]},
-                               {"to": [{"namespaceSelector": {"matchLabels": {
-                                   "kubernetes.io/metadata.name": "kube-system"}},
-                                        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                                "ports": [{"protocol": "UDP", "port": 53},
-                                          {"protocol": "TCP", "port": 53}]}]}}
+                    # egress open by default: one empty rule, which a default-deny egress cannot cut
+                    "egress": [{}]}}
 
 SECRET = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "immutable": True,
           "metadata": {"name": "train-ssh", "namespace": "default", "labels": labels("ssh"),
@@ -279,7 +275,9 @@ def test_the_template_is_laid_under_and_the_managers_parts_over(tmp_path: Path) 
     assert pod_spec["securityContext"] == {**POD_SPEC_COMMON["securityContext"], "runAsUser": 2000}
     # the job container: ours by name, image, command; env and mounts joined; cpu the template's, memory ours
     assert (job["name"], job["image"], job["args"]) == ("worker", IMAGE, ["worker"])
-    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV]
+    # (DT_POD_ENV: the template's variables, which the worker passes to the ranks it hosts)
+    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV,
+                          {"name": "DT_POD_ENV", "value": "NCCL_DEBUG"}]
     assert job["volumeMounts"] == [{"name": "datasets", "mountPath": "/datasets", "readOnly": True},
                                    SSH_MOUNT, SHM_MOUNT]
     assert job["resources"] == {"requests": {"cpu": "12", "memory": "33Gi", "nvidia.com/gpu": "4"},
@@ -350,11 +348,33 @@ def test_a_read_only_many_claim_is_mounted_read_only() -> None:
         pod["spec"]["containers"][0]["volumeMounts"]
 
 
-def test_egress_beyond_the_job_only_where_allowed() -> None:
-    policy = manifests.network_policy(make_spec(allow_egress=["10.20.0.0/16", "0.0.0.0/0"]), owner=None)
-    assert policy["spec"]["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}},
-                                                  {"ipBlock": {"cidr": "0.0.0.0/0"}}]}
+def test_restricted_egress_reaches_the_job_dns_and_what_is_allowed() -> None:
+    """--allow-egress implies --restrict-egress: job pods, DNS wherever the cluster runs it (kube-dns,
+    NodeLocal DNSCache, OpenShift DNS on 5353), and each entry, with its port when it names one."""
+    spec = make_spec(allow_egress=["10.20.0.0/16", "0.0.0.0/0", "10.9.0.0/16:443", "10.8.0.10/32:53/udp",
+                                   "[fd00::/8]:443"])
+    assert spec.allow_egress[2:] == ("10.9.0.0/16:443/TCP", "10.8.0.10/32:53/UDP", "[fd00::/8]:443/TCP")
+    policy = manifests.network_policy(spec, owner=None)
+    egress = policy["spec"]["egress"]
+    assert egress[0] == {"to": [{"podSelector": JOB_PODS}]}
+    kube_system = {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert egress[1] == {"to": [{"namespaceSelector": kube_system,
+                                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}},
+                                {"ipBlock": {"cidr": "169.254.20.10/32"}}],
+                         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    assert egress[2]["to"][0]["namespaceSelector"] == {"matchLabels": {
+        "kubernetes.io/metadata.name": "openshift-dns"}}
+    assert egress[2]["ports"] == [{"protocol": "UDP", "port": 5353}, {"protocol": "TCP", "port": 5353}]
+    assert egress[3:] == [
+        {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+        {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}, {"ipBlock": {"cidr": "fd00::/8"}}],
+         "ports": [{"protocol": "TCP", "port": 443}]},
+        {"to": [{"ipBlock": {"cidr": "10.8.0.10/32"}}], "ports": [{"protocol": "UDP", "port": 53}]}]
     kubernetes_validate.validate(policy, "1.37.0", strict=True)
+    restricted = manifests.network_policy(make_spec(restrict_egress=True), owner=None)
+    assert restricted["spec"]["egress"] == egress[:3]
+    assert "egress only to them, DNS" in manifests.egress_text(spec)
+    assert "egress open" in manifests.egress_text(make_spec())
 
 
 def test_dry_run_placeholders_hold_no_key() -> None:
@@ -383,3 +403,19 @@ def test_the_gang_resists_voluntary_disruption_unless_asked_not_to() -> None:
     assert "karpenter.sh/do-not-disrupt" not in pod["metadata"]["annotations"]
     assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in pod["metadata"]["annotations"]
     assert pod["spec"]["priorityClassName"] == "ml-high"
+
+
+def test_a_worker_names_its_templates_variables_for_its_ranks(tmp_path: Path) -> None:
+    """The worker's entrypoint saves the variables its template sets (DT_POD_ENV) for the ranks it hosts."""
+    worker_template = tmp_path / "worker.yaml"
+    worker_template.write_text(yaml.safe_dump({"spec": {"containers": [{"name": "job", "env": [
+        {"name": "ONLY_WORKER", "value": "yes"},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]}]}}))
+    spec = make_spec(worker_template=str(worker_template))
+    worker = manifests.worker_pod(spec, index=0, entry=Entry("n", 1), owner=None)
+    env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
+    assert env["DT_POD_ENV"] == "ONLY_WORKER,NODE"
+    chief = manifests.chief_pod(spec, entry=Entry("n", 1), owner=None)
+    assert "DT_POD_ENV" not in {e["name"] for e in chief["spec"]["containers"][0]["env"]}
+    plain = manifests.worker_pod(make_spec(), index=0, entry=Entry("n", 1), owner=None)
+    assert "DT_POD_ENV" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}

@@ -102,10 +102,10 @@ def test_the_manager_manifest_sets_only_variables_that_are_read() -> None:
     """A misspelt DT_* in the manifest would be ignored in silence: every one is a field's or the manager's
     own identity, and the args are request options."""
     text = (ROOT / "manifests" / "DistributeTrain_Manager.yaml").read_text()
-    manager = next(doc for doc in yaml.safe_load_all(text) if doc and doc.get("kind") == "Pod")
-    container = manager["spec"]["containers"][0]
+    manager = next(doc for doc in yaml.safe_load_all(text) if doc and doc.get("kind") == "Job")
+    container = manager["spec"]["template"]["spec"]["containers"][0]
     identity = {jobspec.ENV_MANAGER_POD_NAME, jobspec.ENV_MANAGER_POD_UID, jobspec.ENV_MANAGER_NAMESPACE,
-                jobspec.ENV_MANAGER_POD_IPS}
+                jobspec.ENV_MANAGER_POD_IPS, jobspec.ENV_MANAGER_JOB_NAME, jobspec.ENV_MANAGER_JOB_UID}
     named = set(re.findall(r"name: (DT_\w+)", text))  # the commented-out examples too
     assert {e["name"] for e in container["env"]} <= named
     assert named - identity <= {spec_field.env for spec_field in FIELDS}

@@ -82,6 +82,21 @@ async def test_run_as_user_group_and_no_new_privileges(cluster: tuple[ProcessRun
     assert "ID 0 0 [] /root" in out and "NNP 0" in out, out
 
 
+@pytest.mark.asyncio
+async def test_an_arbitrary_uid_has_no_account_group_zero_and_home_root(
+        user_image_cluster: tuple[ProcessRuntime, StandInHost]) -> None:
+    """What OpenShift's restricted-v2 gives a container (doubles/openshift.py assigns the UID): a runAsUser
+    with no entry in the image's /etc/passwd runs with group 0 (not the image's USER group: containerd's
+    WithUserID) and HOME=/, and has no name."""
+    runtime, host = user_image_cluster
+    code = WHO + "; import pwd\ntry: pwd.getpwuid(os.getuid())\nexcept KeyError as e: print('NONAME', e)"
+    spec = pod("arbitrary", "node-1", [python_container("main", code, image="team/nonroot:0.1.0")],
+               securityContext={"runAsUser": 1000680000, "fsGroup": 1000680000})
+    out = await _run(runtime, host, spec)
+    assert "ID 1000680000 0 [1000680000] /" in out, out
+    assert "NONAME 'getpwuid(): uid not found: 1000680000'" in out, out
+
+
 @pytest_asyncio.fixture
 async def user_image_cluster(tmp_path: Path) -> AsyncIterator[tuple[ProcessRuntime, StandInHost]]:
     """A runtime whose images include `team/nonroot`, a Dockerfile whose USER is 65532:65532."""

@@ -19,11 +19,12 @@ def phase_is(v1: client.CoreV1Api, name: str, phase: str) -> bool:
     return bool(v1.read_namespaced_pod(name, "default").status.phase == phase)
 
 
-def pod(name: str, node: str, *, priority: int | None = None, grace: int | None = None) -> dict[str, Any]:
+def pod(name: str, node: str, *, priority_class: str | None = None, grace: int | None = None
+        ) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeName": node, "tolerations": [{"operator": "Exists"}],
                             "containers": [{"name": "main", "image": "busybox:1.36"}]}
-    if priority is not None:
-        spec["priority"] = priority
+    if priority_class is not None:  # the Priority admission plugin resolves it (a bare priority is refused)
+        spec["priorityClassName"] = priority_class
     if grace is not None:
         spec["terminationGracePeriodSeconds"] = grace
     return {"metadata": {"name": name}, "spec": spec}
@@ -34,7 +35,8 @@ def test_a_graceful_node_shutdown_ends_every_pod_as_the_kubelet_reports_it(
     v1 = client.CoreV1Api(local_cluster.api_client())
     v1.create_namespaced_pod("default", as_body(pod("worker", "node-2", grace=600)))
     v1.create_namespaced_pod("default", as_body(pod("quick", "node-2", grace=3)))
-    v1.create_namespaced_pod("default", as_body(pod("agent", "node-2", priority=2_000_001_000)))
+    critical = pod("agent", "node-2", priority_class="system-node-critical")
+    v1.create_namespaced_pod("default", as_body(critical))
     v1.create_namespaced_pod("default", as_body(pod("other", "node-1")))
     for name in ("worker", "quick", "agent", "other"):
         wait_until(partial(phase_is, v1, name, "Running"), what=name)

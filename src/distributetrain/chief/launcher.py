@@ -15,9 +15,9 @@ horovodrun's failure report) are separate functions with unit tests; `main` does
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -115,6 +115,17 @@ def horovodrun_argv(
     if network_interface:
         argv += ["--network-interface", network_interface]
     return [*argv, *command]
+
+
+# run on each rank, after horovodrun's `env` gave it the chief's variables: a rank on a worker loads that
+# worker's own (its pod template's; the worker's entrypoint wrote them, sshd names the file)
+HOST_ENV_SHIM = ('if [ -n "${%s:-}" ] && [ -r "$%s" ]; then . "$%s"; fi; exec "$@"'
+                 % ((naming.ENV_HOST_ENV_FILE,) * 3))
+
+
+def with_host_env(command: Sequence[str]) -> list[str]:
+    """The training command as each rank runs it: its host's own environment loaded over the chief's."""
+    return ["sh", "-c", HOST_ENV_SHIM, "distributetrain-rank", *command]
 
 
 def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
@@ -241,7 +252,8 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
     launched, workers = relaunch.read(settings.hostfile)
     hosts = with_chief(workers, pod_ip=settings.pod_ip, slots=settings.slots)
     num_proc = check_total(hosts, settings.num_processes)
-    user = pwd.getpwuid(os.getuid()).pw_name
+    # USER first: under a UID with no account (OpenShift) the entrypoint names it and loads nss_wrapper
+    user = getpass.getuser()
     log.info("waiting for %d workers' sshd on port %d: %s", len(workers), settings.ssh_port,
              ", ".join(w.host for w in workers) or "none")
     _wait_for_workers(workers, settings, user)
@@ -278,8 +290,8 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             argv = horovodrun_argv(
                 horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
-                network_interface=interface, start_timeout=settings.start_timeout, command=settings.command,
-                elastic=elastic,
+                network_interface=interface, start_timeout=settings.start_timeout,
+                command=with_host_env(settings.command), elastic=elastic,
             )
             log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
             log.info("starting: %s", shlex.join(argv))

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from distributetrain.cli.options import field_option
-from distributetrain.errors import CannotPlace, InvalidInput
+from distributetrain.errors import CannotPlace, Forbidden, InvalidInput
 from distributetrain.placement import fit
 from distributetrain.placement import inventory as inv
 from distributetrain.placement.clusterfiles import read_cluster_files
@@ -194,16 +194,20 @@ Policies:
               help="Free GPUs per eligible node, instead of reading a cluster (e.g. a=5,b=3,c=2).")
 @field_option("topology_key", env=False)
 @field_option("placement_policy", env=False, dest="policy")
+@field_option("namespace", env=False)
 @_cluster_options
 def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | None, policy: str,
-                 cluster_files: tuple[str, ...], as_json: bool, kubeconfig: str | None,
+                 namespace: str, cluster_files: tuple[str, ...], as_json: bool, kubeconfig: str | None,
                  context: str | None, **shape: Any) -> None:
     """Preview where N GPUs would go: one worker pod per node, the smallest share being the chief.
 
-    Nothing is created. Exit code 3 when the request does not fit the free GPUs of the eligible nodes.
+    Nothing is created. Exit code 3 when the request does not fit the free GPUs of the eligible nodes, or
+    (live) the namespace's quota now; 2 when the namespace's policies (LimitRanges, ResourceQuotas, Pod
+    Security, read from the live cluster, as `run` reads them) can never take the job's pods.
     """
     rows: tuple[inv.NodeGpus, ...] = ()
-    spec = _request(shape, gpus=str(gpus), topology_key=topology_key, placement_policy=policy)
+    spec = _request(shape, gpus=str(gpus), topology_key=topology_key, placement_policy=policy,
+                    namespace=namespace)
     resource = spec.resource
     try:
         if free_items:
@@ -221,10 +225,28 @@ def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | Non
     except InsufficientGpus as err:
         detail = f"\n{fit.excluded_text(rows)}" if rows else ""
         raise CannotPlace(f"{err}.{detail}") from err
+    if not free_items and not cluster_files:
+        _check_namespace(spec, result, kubeconfig, context)
     if as_json:
         click.echo(json.dumps(_plan_json(result, resource, topology_key), indent=2))
     else:
         click.echo(_plan_text(result, resource))
+
+
+def _check_namespace(spec: JobSpec, result: Plan, kubeconfig: str | None, context: str | None) -> None:
+    """The plan's pods against the namespace's policies, by the rules `run` uses (fit.check_namespace)."""
+    from distributetrain.kube import gateway
+    from distributetrain.manager import manifests, placing
+
+    kube = gateway.Kube.connect(kubeconfig=kubeconfig, context=context)
+    try:
+        policies = placing.namespace_policies(kube, spec.namespace)
+    except Forbidden as err:  # a preview from a laptop's narrower rights: say what was not judged
+        click.echo(f"namespace {spec.namespace}: its LimitRanges, ResourceQuotas and Pod Security were not "
+                   f"read ({err}); the plan does not judge them", err=True)
+        return
+    fit.check_namespace(manifests.gang(spec, result.workers, result.chief, owner=None, policies=policies),
+                        policies, network_policy=spec.network_policy)
 
 
 def register(group: click.Group) -> None:

@@ -197,11 +197,14 @@ class Kube:
     # ---- reads ------------------------------------------------------------------------------------------
     def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None,
              field_selector: str | None = None, page_size: int | None = None,
-             decode: Callable[[bytes], dict[str, Any]] = orjson.loads,
+             decode: Callable[[bytes], dict[str, Any]] = orjson.loads, from_cache: bool = False,
              ) -> tuple[list[dict[str, Any]], str]:
         """Every object, page by page (limit/continue); returns the items and the list's resourceVersion.
         A continue token that expires mid-way (410) restarts the list once from the beginning. `decode`
-        turns a page's bytes into the list (e.g. slimpods.decode_pod_list, keeping only some fields)."""
+        turns a page's bytes into the list (e.g. slimpods.decode_pod_list, keeping only some fields).
+        `from_cache`: resourceVersion=0, the watch cache's view (what planning reads, often, on big clusters:
+        no quorum read of etcd each time; it may be a moment old, which the plan tolerates: a pod it missed
+        is caught by the scheduler, and the gang re-planned)."""
         for restart in range(2):
             items: list[dict[str, Any]] = []
             token: str | None = None
@@ -209,7 +212,8 @@ class Kube:
                 while True:
                     response = self.send(requests.list_request(
                         kind, namespace, limit=page_size or self.page_size, continue_token=token,
-                        label_selector=label_selector, field_selector=field_selector))
+                        label_selector=label_selector, field_selector=field_selector,
+                        resource_version="0" if from_cache else None))
                     with gc_paused():
                         page = decode(response.data)
                     items.extend(page.get("items") or [])
@@ -332,10 +336,11 @@ def list_nodes_and_pods(*, kubeconfig: str | None = None, context: str | None = 
                         kube: Kube | None = None, page_size: int | None = None
                         ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every node, and every pod that may hold resources (not Succeeded or Failed), in all namespaces:
-    what inventory.inventory() takes. Two paginated lists, never a query per node."""
+    what inventory.inventory() takes. Two paginated lists from the watch cache (resourceVersion=0), never a
+    query per node."""
     kube = kube or Kube.connect(kubeconfig=kubeconfig, context=context)
-    nodes, _ = kube.list("nodes", page_size=page_size)
+    nodes, _ = kube.list("nodes", page_size=page_size, from_cache=True)
     # only the fields GPU accounting reads: at 150,000 pods a full decode costs seconds and a GiB
     pods, _ = kube.list("pods", None, field_selector=requests.NOT_TERMINATED, page_size=page_size,
-                        decode=slimpods.decode_pod_list)
+                        decode=slimpods.decode_pod_list, from_cache=True)
     return nodes, pods

@@ -37,6 +37,10 @@ RESOURCES: dict[str, Resource] = {
     "jobs": Resource("/apis/batch/v1", "jobs"),
     "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
     "events": Resource("/api/v1", "events"),
+    "limitranges": Resource("/api/v1", "limitranges"),
+    "resourcequotas": Resource("/api/v1", "resourcequotas"),
+    "namespaces": Resource("/api/v1", "namespaces", namespaced=False),
+    "podtemplates": Resource("/api/v1", "podtemplates"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
@@ -88,11 +92,15 @@ def _query(**params: str | int | bool | None) -> tuple[tuple[str, str], ...]:
 
 def list_request(resource: str, namespace: str | None = None, *, limit: int,
                  continue_token: str | None = None, label_selector: str | None = None,
-                 field_selector: str | None = None) -> Request:
-    """One page of a list (limit/continue); without a namespace, across all of them."""
+                 field_selector: str | None = None, resource_version: str | None = None) -> Request:
+    """One page of a list (limit/continue); without a namespace, across all of them. `resource_version`
+    "0": served from the API server's watch cache, not a quorum read of etcd (it then may ignore `limit`
+    and answer in one page); the server refuses it together with a continue token, so it goes on the
+    first page only."""
     where = f"{resource} in {namespace}" if namespace else resource
     return Request("list", "GET", path(resource, namespace), f"list {where}", _query(
         labelSelector=label_selector or None, fieldSelector=field_selector or None, limit=limit,
+        resourceVersion=None if continue_token else resource_version,
         **{"continue": continue_token or None}))
 
 

@@ -29,16 +29,15 @@ def preview(kube: Kube, spec: JobSpec, *, owner: ManagerIdentity | None,
     """Every object the job would create, in creation order, planned against the live cluster now."""
     phase = PreTraining(kube, spec, owner=owner, reporter=reporter)
     plan = phase.plan(attempt=0, wait=False)
-    read_only = phase.read_only_claim
+    gang = phase.gang(plan)  # shaped to the namespace, as the run would create them
     objects = [manifests.placeholder_secret(spec, owner=owner)]
     if spec.network_policy:
         objects.append(manifests.network_policy(spec, owner=owner))
-    workers = [manifests.worker_pod(spec, index=i, entry=entry, owner=owner, read_only_claim=read_only)
-               for i, entry in enumerate(plan.workers)]
+    workers = [pod for _, pod in gang[:-1]]
     objects += workers
     names = [(pod["metadata"]["name"], entry.gpus) for pod, entry in zip(workers, plan.workers, strict=True)]
     objects.append(manifests.placeholder_hostfile(spec, names, owner=owner))
-    objects.append(manifests.chief_pod(spec, entry=plan.chief, owner=owner, read_only_claim=read_only))
+    objects.append(gang[-1][1])
     return objects
 
 

@@ -40,6 +40,7 @@ from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, inventory, planner
 from distributetrain.placement.inventory import NodeGpus
+from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 FIRST_LOOK = 2.0  # seconds before looking for room again after a plan found none; doubles to grow_interval
@@ -108,6 +109,7 @@ class Keeper:
         self.restarts_used = 0
         self.recovering = False                 # restart mode: a relaunch is owed
         self.history: list[str] = []            # what each recovery came to, for the final line
+        self.policies: NamespacePolicies | None = None  # the namespace's, read at each look
         self._lock = threading.Lock()           # chief_line runs in the log follower's thread
         self.demands = manifests.pod_demands(spec, (naming.ROLE_WORKER,))
         self.run_id = uuid.uuid4().hex  # this keeper's creates: a retried POST that succeeded is adopted
@@ -312,6 +314,8 @@ class Keeper:
         self.next_look = None
         spec = self.spec
         rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
+        # a replacement is shaped to the namespace as the first gang was (limits, OpenShift's UID)
+        self.policies = placing.namespace_policies(self.kube, spec.namespace)
         allow = self._allowed_nodes()
         free = {n: g for n, g in inventory.free_gpus(rows).items() if allow is None or n in allow}
         add = gpus_to_add(self.recovery, running=self.holding, free=sum(free.values()))
@@ -368,7 +372,7 @@ class Keeper:
         for _ in range(5):
             index = next_index(self.names)
             body = manifests.worker_pod(self.spec, index=index, entry=entry, owner=self.owner,
-                                        read_only_claim=read_only)
+                                        read_only_claim=read_only, policies=self.policies)
             name = body["metadata"]["name"]
             self.names.add(name)
             try:
@@ -387,5 +391,5 @@ class Keeper:
         """Whether `node` is Ready (one list with a field selector: the ClusterRole lists nodes)."""
         if not node:
             return None
-        items, _ = self.kube.list("nodes", field_selector=f"metadata.name={node}")
+        items, _ = self.kube.list("nodes", field_selector=f"metadata.name={node}", from_cache=True)
         return node_is_ready(items[0]) if items else False

@@ -18,12 +18,15 @@ from typing import Any
 
 from distributetrain import hostfile, naming
 from distributetrain.manager.sshkeys import KeyPair
+from distributetrain.placement import namespacefit
 from distributetrain.placement.inventory import PodDemand
+from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.placement.planner import Entry
 from distributetrain.placement.podrequests import pod_requests
 from distributetrain.placement.tolerations import parse_tolerations
 from distributetrain.quantity import format_quantity
 from distributetrain.request import podtemplate
+from distributetrain.request.fieldparsers import split_cidr_port
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 # Mounted read-only, owned by root and the pods' fsGroup: the non-root user reads the keys through the group
@@ -36,9 +39,15 @@ GRACE_SECONDS = 60
 # what the chief's Horovod and launcher wait beyond the manager's --replace-timeout, so that the manager, who
 # knows why, is the one that gives up: a kubelet's ConfigMap refresh (up to about 90 s) and a worker's start
 RECOVERY_MARGIN = 180
-# where a namespace's DNS runs (kube-dns, or CoreDNS under that label, on most clusters)
+# where a cluster's DNS answers, for a job whose egress is restricted: kube-dns (or CoreDNS under its label)
+# on port 53, NodeLocal DNSCache on its link-local address (the kubelet's --cluster-dns there), and
+# OpenShift's DNS operator's pods, which listen on 5353 behind the dns-default Service's 53
 DNS_NAMESPACE = "kube-system"
 DNS_POD_LABELS = {"k8s-app": "kube-dns"}
+NODE_LOCAL_DNS = "169.254.20.10/32"
+OPENSHIFT_DNS_NAMESPACE = "openshift-dns"
+OPENSHIFT_DNS_POD_LABELS = {"dns.operator.openshift.io/daemonset-dns": "default"}
+OPENSHIFT_DNS_PORT = 5353
 
 
 def _b64(data: bytes | str) -> str:
@@ -151,18 +160,69 @@ def _hostfile_object(spec: JobSpec, lines: str, names: str, owner: ManagerIdenti
     }
 
 
+def restricts_egress(spec: JobSpec) -> bool:
+    """--restrict-egress, or --allow-egress given (which restricted egress before it was open by default)."""
+    return spec.restrict_egress or bool(spec.allow_egress)
+
+
+def _job_pods(spec: JobSpec) -> dict[str, Any]:
+    return {"matchLabels": {naming.MANAGED_BY_KEY: naming.MANAGED_BY, naming.JOB_LABEL: spec.job_name}}
+
+
+def _both(port: int) -> list[dict[str, Any]]:
+    return [{"protocol": "UDP", "port": port}, {"protocol": "TCP", "port": port}]
+
+
+def egress_rules(spec: JobSpec) -> list[dict[str, Any]]:
+    """The job pods' egress: everywhere (one empty rule, which also outweighs a namespace's default-deny
+    egress policy), or, restricted, the job's own pods on every port, the cluster DNS wherever it runs
+    (kube-dns and NodeLocal DNSCache on 53, OpenShift DNS on 5353) and the --allow-egress entries."""
+    if not restricts_egress(spec):
+        return [{}]
+    namespace_of = "kubernetes.io/metadata.name"
+    kube_dns = {"namespaceSelector": {"matchLabels": {namespace_of: DNS_NAMESPACE}},
+                "podSelector": {"matchLabels": dict(DNS_POD_LABELS)}}
+    openshift_dns = {"namespaceSelector": {"matchLabels": {namespace_of: OPENSHIFT_DNS_NAMESPACE}},
+                     "podSelector": {"matchLabels": dict(OPENSHIFT_DNS_POD_LABELS)}}
+    rules: list[dict[str, Any]] = [
+        {"to": [{"podSelector": _job_pods(spec)}]},
+        {"to": [kube_dns, {"ipBlock": {"cidr": NODE_LOCAL_DNS}}], "ports": _both(53)},
+        {"to": [openshift_dns], "ports": _both(OPENSHIFT_DNS_PORT)}]
+    anywhere: list[dict[str, Any]] = []
+    by_port: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for entry in spec.allow_egress:
+        cidr, port, protocol = split_cidr_port(entry)
+        peer = {"ipBlock": {"cidr": cidr}}
+        if port is None:
+            anywhere.append(peer)
+        else:
+            by_port.setdefault((port, str(protocol)), []).append(peer)
+    if anywhere:
+        rules.append({"to": anywhere})
+    for (port, protocol), peers in by_port.items():
+        rules.append({"to": peers, "ports": [{"protocol": protocol, "port": port}]})
+    return rules
+
+
+def egress_text(spec: JobSpec) -> str:
+    """The effective egress of job pods, in words, for the manager's log."""
+    if not spec.network_policy:
+        return "no NetworkPolicy (--no-network-policy): job pods are not isolated; the namespace's own apply"
+    if not restricts_egress(spec):
+        return ("ingress only from the job's pods; egress open (to anywhere; --restrict-egress limits it to "
+                "the job's pods and DNS)")
+    beyond = ", ".join(spec.allow_egress)
+    return (f"ingress only from the job's pods; egress only to them, DNS (kube-dns and NodeLocal DNSCache "
+            f"{NODE_LOCAL_DNS.split('/')[0]} on 53, OpenShift DNS on {OPENSHIFT_DNS_PORT})"
+            + (f" and {beyond}" if beyond else ""))
+
+
 def network_policy(spec: JobSpec, *, owner: ManagerIdentity | None) -> dict[str, Any]:
-    """Admit traffic to the job's pods only from the job's pods (as Volcano's svc plugin does), and let them
-    reach each other, DNS and the --allow-egress CIDRs, so a namespace's default-deny egress policy does not
-    cut the job. Every port between job pods: besides ssh, Horovod's Gloo and MPI pick theirs at run time."""
-    job_pods = {"matchLabels": naming.job_pods_selector(spec.job_name)}
-    dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": DNS_NAMESPACE}},
-           "podSelector": {"matchLabels": dict(DNS_POD_LABELS)}}
-    egress: list[dict[str, Any]] = [
-        {"to": [{"podSelector": job_pods}]},
-        {"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
-    if spec.allow_egress:
-        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in spec.allow_egress]})
+    """Admit traffic to the job's pods only from the job's pods (as Volcano's svc plugin does), on every port:
+    besides ssh, Horovod's Gloo and MPI pick theirs at run time. Egress: egress_rules (open by default;
+    either way a namespace's default-deny egress policy does not cut the job)."""
+    job_pods = _job_pods(spec)
+    egress = egress_rules(spec)
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": metadata(spec, naming.network_policy_name(spec.job_name), naming.ROLE_NETWORK, owner),
@@ -260,7 +320,8 @@ def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
 
 def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str, Any],
          volumes: list[dict[str, Any]], owner: ManagerIdentity | None,
-         annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+         annotations: Mapping[str, str] | None = None, policies: NamespacePolicies | None = None
+         ) -> dict[str, Any]:
     share = {spec.resource: str(entry.gpus)}
     container = {**container, "image": spec.image, "command": [naming.ENTRYPOINT_PATH],
                  "resources": {"requests": dict(share), "limits": dict(share)}}
@@ -286,7 +347,10 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
     owned = {"metadata": metadata(spec, name, role, owner,
                                   {naming.GPUS_ANNOTATION: str(entry.gpus), **(annotations or {})}),
              "spec": pod_spec}
-    return podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
+    pod = podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
+    # fitted to the namespace: limit = request where a LimitRange default or a limits.* quota would decide
+    # it, no fixed uid where OpenShift assigns one (namespacefit.py)
+    return namespacefit.shape(pod, policies, image_uid=naming.IMAGE_UID) if policies is not None else pod
 
 
 def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
@@ -296,21 +360,55 @@ def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
 
 
 def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentity | None,
-               read_only_claim: bool = False) -> dict[str, Any]:
+               read_only_claim: bool = False, policies: NamespacePolicies | None = None) -> dict[str, Any]:
     """Worker `index`: sshd on the job's port, ready once the port accepts connections. `read_only_claim`:
-    the volume claim is ReadOnlyMany."""
+    the volume claim is ReadOnlyMany; `policies`: the namespace's, which the pod is shaped to."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False, read_only_claim=read_only_claim)
+    env = _common_env(spec)
+    own = template_env_names(spec, naming.ROLE_WORKER)
+    if own:
+        env.append({"name": naming.ENV_POD_ENV, "value": ",".join(own)})
     container = {"name": naming.WORKER_CONTAINER, "args": [naming.ENTRYPOINT_WORKER],
-                 "env": _common_env(spec), "volumeMounts": mounts,
+                 "env": env, "volumeMounts": mounts,
                  "ports": [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}],
                  "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
                                     "timeoutSeconds": 1, "failureThreshold": 3}}
     return _pod(spec, naming.worker_name(spec.job_name, index), naming.ROLE_WORKER, entry, container, volumes,
-                owner)
+                owner, policies=policies)
+
+
+def gang(spec: JobSpec, workers: Sequence[Entry], chief: Entry, *, owner: ManagerIdentity | None,
+         read_only_claim: bool = False, policies: NamespacePolicies | None = None
+         ) -> list[tuple[str, dict[str, Any]]]:
+    """The pods a plan makes, as they would be created (shaped to the namespace), each named for messages
+    ("worker 0 (5 GPUs)", "the chief (1 GPU)"): what a run creates, a dry run shows and `plan --namespace`
+    and the manager check against the namespace's policies (fit.check_namespace)."""
+    def gpus(count: int) -> str:
+        return f"{count} GPU" + ("" if count == 1 else "s")
+
+    pods = [(f"worker {i} ({gpus(e.gpus)})",
+             worker_pod(spec, index=i, entry=e, owner=owner, read_only_claim=read_only_claim,
+                        policies=policies)) for i, e in enumerate(workers)]
+    pods.append((f"the chief ({gpus(chief.gpus)})",
+                 chief_pod(spec, entry=chief, owner=owner, read_only_claim=read_only_claim,
+                           policies=policies)))
+    return pods
+
+
+def template_env_names(spec: JobSpec, role: str) -> tuple[str, ...]:
+    """The variables the role's pod template sets on its job container (`env`, values and valueFrom alike;
+    not envFrom, whose names are known only in the pod), in order. A worker passes them to its ranks: the
+    rule is that a rank on a worker sees its worker's own value of each, over the chief's (Horovod's Gloo
+    launcher gives every rank the chief's environment, horovod/runner/gloo_run.py)."""
+    template = spec.template_for(role)
+    containers = (template.spec.get("containers") or []) if template else []
+    env = (containers[0].get("env") or []) if containers else []
+    return tuple(dict.fromkeys(str(e["name"]) for e in env
+                               if e.get("name") and not str(e["name"]).startswith("DT_")))
 
 
 def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
-              read_only_claim: bool = False) -> dict[str, Any]:
+              read_only_claim: bool = False, policies: NamespacePolicies | None = None) -> dict[str, Any]:
     """The chief: the launcher, which checks every worker's sshd, then runs horovodrun over all of them and
     itself, and exits with the training's exit code. `args` after `--` is the user's command."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=True, read_only_claim=read_only_claim)
@@ -333,7 +431,7 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
                  "env": env, "volumeMounts": mounts}
     annotations = {naming.RECOVERY_ANNOTATION: spec.recovery} if spec.recovery else None
     return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner,
-                annotations)
+                annotations, policies=policies)
 
 
 def _recovery_env(spec: JobSpec) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from distributetrain.kube import gateway, requests
 from distributetrain.kube.gateway import Kube
 from distributetrain.placement import checks, fit
 from distributetrain.placement.inventory import NodeGpus, PodDemand
+from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 # stamped on every object one manager run creates: a 409 on create is then ours (a retried POST) or not
@@ -41,6 +42,15 @@ def survey(kube: Kube, spec: JobSpec, *, demands: Sequence[PodDemand],
         rows = fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus)
     del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
     return rows
+
+
+def namespace_policies(kube: Kube, namespace: str) -> NamespacePolicies:
+    """The namespace's LimitRanges, ResourceQuotas (their status.used: what others hold now) and its own
+    labels and annotations (Pod Security, OpenShift's UID range), read before anything is created. RBAC:
+    list limitranges and resourcequotas, get namespaces (a Role grants `get` on its own namespace)."""
+    ranges, _ = kube.list("limitranges", namespace, from_cache=True)
+    quotas, _ = kube.list("resourcequotas", namespace, from_cache=True)
+    return NamespacePolicies.of(namespace, kube.get("namespaces", None, namespace), ranges, quotas)
 
 
 def create_owned(kube: Kube, body: dict[str, Any], *, run_id: str, job: str) -> dict[str, Any]:

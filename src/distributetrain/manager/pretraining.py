@@ -35,8 +35,11 @@ from distributetrain.manager.startup import Outcome, StartWatch
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, planner
+from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
+# the label the Job controller puts on its pods (the Job's uid)
+JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 GPU_WAIT_MAX_INTERVAL = 30.0
 
 
@@ -77,6 +80,8 @@ class PreTraining:
         # what a worker and the chief ask of a node besides GPUs (the template, cpu, memory, /dev/shm)
         self.demands = manifests.pod_demands(spec)
         self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
+        # the namespace's LimitRanges, quotas, Pod Security level and UID range, read before the first plan
+        self.policies: NamespacePolicies | None = None
 
     def run(self) -> StartedJob:
         """The phase: adopt, or plan and create the gang and the chief; return what runs."""
@@ -91,9 +96,7 @@ class PreTraining:
         made = f"Secret {secret} (the job's ssh key pair)"
         if spec.network_policy:
             policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
-            beyond = " and " + ", ".join(spec.allow_egress) if spec.allow_egress else ""
-            made += (f" and NetworkPolicy {policy} (job pods admit only job pods, and reach only them, DNS"
-                     f"{beyond})")
+            made += f" and NetworkPolicy {policy}"
         if spec.disruption_budget:
             budget = self._create(manifests.disruption_budget(spec, pods=len(plan.allocation),
                                                               owner=self.owner))["metadata"]["name"]
@@ -106,7 +109,8 @@ class PreTraining:
             names = []
             for index, entry in enumerate(plan.workers):
                 worker = self._create(manifests.worker_pod(spec, index=index, entry=entry, owner=self.owner,
-                                                           read_only_claim=self.read_only_claim))
+                                                           read_only_claim=self.read_only_claim,
+                                                           policies=self.policies))
                 names.append(worker["metadata"]["name"])
                 self.reporter.say(f"worker {names[-1]} created on {entry.node} with "
                                   f"{joblog.gpus_text(entry.gpus)}")
@@ -130,7 +134,8 @@ class PreTraining:
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
                 self.reporter.hostfile_written(hostfile, hosts)
                 chief = self._create(manifests.chief_pod(spec, entry=plan.chief, owner=self.owner,
-                                                         read_only_claim=self.read_only_claim))
+                                                         read_only_claim=self.read_only_claim,
+                                                         policies=self.policies))
                 timings["chief_created"] = self.clock() - self._started
                 self.reporter.say(f"chief {chief['metadata']['name']} created on {plan.chief.node} with "
                                   f"{joblog.gpus_text(plan.chief.gpus)}; horovodrun starts all {spec.gpus} "
@@ -186,6 +191,11 @@ class PreTraining:
         if spec.volume_claim and self.claim is None:
             self.claim = self._read_claim(spec.volume_claim)
         while True:
+            self.policies = placing.namespace_policies(self.kube, spec.namespace)  # quota used: read anew
+            if not shown:
+                for line in self.policies.describe():
+                    self.reporter.say(f"namespace {spec.namespace}: {line}")
+                self.reporter.say(f"network: {manifests.egress_text(spec)}")
             self._check_deadline("planning")
             rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
             table = joblog.inventory_lines(rows, resource=spec.resource)
@@ -196,6 +206,7 @@ class PreTraining:
             try:
                 plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
                                  topology_key=spec.topology_key)
+                fit.check_namespace(self.gang(plan), self.policies, network_policy=spec.network_policy)
             except CannotPlace as err:
                 if self.clock() + interval > wait_until:
                     waited = f" (after waiting {spec.wait_for_gpus:g}s)" if spec.wait_for_gpus else ""
@@ -214,6 +225,11 @@ class PreTraining:
                     raise InvalidInput(f"volume_claim: {problem}; {left}")
             self.reporter.planned(plan, attempt)
             return plan
+
+    def gang(self, plan: planner.Plan) -> list[tuple[str, dict[str, Any]]]:
+        """The pods `plan` would create, as they would be created (shaped to the namespace), each named."""
+        return manifests.gang(self.spec, plan.workers, plan.chief, owner=self.owner,
+                              read_only_claim=self.read_only_claim, policies=self.policies)
 
     def _read_claim(self, name: str) -> dict[str, Any]:
         """The job's PersistentVolumeClaim, read by name (RBAC: get persistentvolumeclaims)."""
@@ -317,16 +333,23 @@ class PreTraining:
                                        for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
 
     def _refuse_if_running_elsewhere(self, objects: list[dict[str, Any]]) -> None:
-        """Objects owned by another manager that still runs (its pod, or a Job not finished) belong to a live
-        job: never touch them."""
+        """Objects owned by another manager that still runs belong to a live job: never touch them. Another
+        manager is its pod (owner kind Pod), or a pod of its Job that has not ended (owner kind Job: the Job
+        controller labels its pods with the Job's uid, so the pods say it; no right on Jobs is needed)."""
         mine = {self.owner.uid, self.owner.job_uid} - {None} if self.owner else set()
         for obj in objects:
             for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
                 if ref.get("kind") not in ("Pod", "Job") or ref.get("uid") in mine:
                     continue
-                kind = "pods" if ref.get("kind") == "Pod" else "jobs"
-                other = self.kube.get(kind, self.spec.namespace, str(ref.get("name")))
-                if other and other["metadata"].get("uid") == ref.get("uid") and _running(other):
+                if ref.get("kind") == "Job":
+                    pods, _ = self.kube.list("pods", self.spec.namespace,
+                                             label_selector=f"{JOB_UID_LABEL}={ref.get('uid')}")
+                    other = next((p for p in pods if _running(p)), None)
+                else:
+                    found = self.kube.get("pods", self.spec.namespace, str(ref.get("name")))
+                    same = found is not None and found["metadata"].get("uid") == ref.get("uid")
+                    other = found if same and found is not None and _running(found) else None
+                if other is not None:
                     raise InvalidInput(
                         f"job_name: job {self.spec.job_name!r} in namespace {self.spec.namespace} is run by "
                         f"manager {ref.get('kind')} {ref.get('name')}, which is still running; choose "
@@ -347,14 +370,9 @@ class PreTraining:
         return max(0.0, min(pause, self.deadline - self.clock()))
 
 
-def _running(owner: dict[str, Any]) -> bool:
-    """A manager pod that has not ended, or a manager Job that has not finished (no Complete or Failed
-    condition)."""
-    if owner.get("kind") == "Job":
-        conditions = (owner.get("status") or {}).get("conditions") or []
-        return not any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-                       for c in conditions) and not (owner.get("metadata") or {}).get("deletionTimestamp")
-    return not (podstatus.is_terminated(owner) or podstatus.is_deleting(owner))
+def _running(pod: dict[str, Any]) -> bool:
+    """A manager pod that has neither ended nor is being deleted."""
+    return not (podstatus.is_terminated(pod) or podstatus.is_deleting(pod))
 
 
 def _started(pod: podstatus.Pod) -> bool:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from distributetrain.errors import InvalidInput
-from distributetrain.placement import inventory, planner
+from distributetrain.errors import CannotPlace, InvalidInput
+from distributetrain.placement import inventory, namespacefit, planner
 from distributetrain.placement.inventory import NodeGpus, PodDemand
+from distributetrain.placement.namespacefit import NamespacePolicies
 
 EXCLUDED_SHOWN = 10  # nodes listed by name in a refusal; the rest are counted
 
@@ -59,6 +60,29 @@ def place(rows: Sequence[NodeGpus], gpus: int, *, policy: str, topology_key: str
             topology = {node: d for node, d in topology.items() if d == domain}
             free = {node: count for node, count in free.items() if node in topology}
     return planner.plan(free, gpus, topology=topology, policy=policy)
+
+
+def check_namespace(pods: Sequence[tuple[str, Mapping[str, Any]]], policies: NamespacePolicies, *,
+                    network_policy: bool) -> None:
+    """The gang's pods, as they would be created (each with a name for messages: "the worker of 4 GPUs"),
+    against the namespace's LimitRanges, Pod Security level and ResourceQuotas (namespacefit.py). What can
+    never fit is bad input (exit 2): a LimitRange or Pod Security refusal, a quota whose hard limit is below
+    what the job needs. What does not fit now (the quota used by others) is CannotPlace (exit 3, or a wait
+    under --wait-for-gpus). Each names the policy, the field and both numbers."""
+    found: list[str] = []
+    for what, pod in pods:
+        for problem in namespacefit.problems(pod, policies, what=what):
+            if problem not in found:
+                found.append(problem)
+    shortfalls = namespacefit.quota_shortfalls([pod for _, pod in pods], policies,
+                                               network_policy=network_policy)
+    found += [s.message(policies.namespace) for s in shortfalls if s.never]
+    if found:
+        raise InvalidInput(f"namespace {policies.namespace}: the job's pods cannot fit its policies:\n  "
+                           + "\n  ".join(found))
+    if shortfalls:
+        raise CannotPlace(f"namespace {policies.namespace}: the quota has no room for the job now: "
+                          + "; ".join(s.message(policies.namespace) for s in shortfalls))
 
 
 def excluded_text(rows: Sequence[NodeGpus]) -> str:

@@ -11,11 +11,12 @@ the memory of a 1-GPU pod is not eligible (the scheduler would leave the pod Pen
 fewer pods' worth than its free GPUs offers only what fits (`usable`). Each kind of job pod (worker, chief) is
 a `PodDemand`; a node must suit every one, since the plan may put either there.
 
-GPUs shared by time-slicing (nodes labelled `nvidia.com/gpu.replicas` > 1 by GPU feature discovery, or a
-`*.shared` resource) give one job pod at most 1: two ranks on replicas of one physical GPU would make NCCL
+GPUs shared by time-slicing or MPS (nodes labelled `nvidia.com/gpu.replicas` > 1 by GPU feature discovery,
+GKE's `cloud.google.com/gke-gpu-sharing-strategy` or `gke-max-shared-clients-per-gpu` > 1, or a `*.shared`
+resource) give one job pod at most 1: two ranks on replicas of one physical GPU would make NCCL
 refuse the communicator ("Duplicate GPU detected"). MIG devices behind `nvidia.com/gpu` (the single
-strategy: `nvidia.com/gpu.product` names a MIG profile) are not eligible for a multi-GPU job: NCCL does not
-support MIG (NVIDIA/nccl#1716).
+strategy: `nvidia.com/gpu.product` names a MIG profile; on GKE `cloud.google.com/gke-gpu-partition-size`)
+are not eligible for a multi-GPU job: NCCL does not support MIG (NVIDIA/nccl#1716).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ from distributetrain.quantity import parse_count, parse_quantity
 _EXCLUDING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})  # PreferNoSchedule is only a preference
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"   # GPU feature discovery: time-slicing or MPS replicas per GPU
 PRODUCT_LABEL = "nvidia.com/gpu.product"     # ...-MIG-1g.5gb under the MIG single strategy
+# GKE's own node-pool labels for shared GPUs (cloud.google.com/kubernetes-engine/docs/how-to/timesharing-gpus,
+# nvidia-mps-gpus, gpus-multi): time-sharing or MPS with N clients per GPU, and MIG partitions
+GKE_SHARING_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"       # time-sharing | mps
+GKE_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"  # "2".."48"
+GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"       # "1g.5gb": a MIG instance per "GPU"
 PODS = "pods"
 
 Requests = Callable[[int], Mapping[str, Fraction]]
@@ -217,6 +223,10 @@ def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
         if job_gpus > 1 and "-MIG-" in mig and resource == DEFAULT_RESOURCE:
             reasons.append(f"MIG devices ({PRODUCT_LABEL}={mig}): NCCL cannot use MIG (NVIDIA/nccl#1716), so "
                            "a multi-GPU job needs whole GPUs")
+        partition = labels.get(GKE_PARTITION_LABEL, "")
+        if job_gpus > 1 and partition and resource == DEFAULT_RESOURCE:
+            reasons.append(f"MIG partitions ({GKE_PARTITION_LABEL}={partition}): NCCL cannot use MIG "
+                           "(NVIDIA/nccl#1716), so a multi-GPU job needs whole GPUs")
         if pod_counts.get(name, 0) >= _allocatable_amount(allocatable_all, PODS, name):
             reasons.append(f"no room for another pod ({pod_counts.get(name, 0)} pods, the most it takes)")
         if not reasons and usable > 0 and counted:
@@ -239,6 +249,11 @@ def _time_sliced(labels: Mapping[str, str], resource: str) -> str | None:
     replicas = labels.get(REPLICAS_LABEL, "")
     if replicas.isdigit() and int(replicas) > 1:
         return f"time-sliced GPUs ({REPLICAS_LABEL}={replicas}; NCCL refuses two ranks on one GPU)"
+    strategy, clients = labels.get(GKE_SHARING_LABEL, ""), labels.get(GKE_CLIENTS_LABEL, "")
+    if strategy or (clients.isdigit() and int(clients) > 1):
+        shown = ", ".join(f"{k}={v}" for k, v in ((GKE_SHARING_LABEL, strategy), (GKE_CLIENTS_LABEL, clients))
+                          if v)
+        return f"shared GPUs ({shown}; NCCL refuses two ranks on one GPU)"
     return None
 
 

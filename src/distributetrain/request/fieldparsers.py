@@ -268,14 +268,53 @@ def parse_names(value: Any) -> tuple[str, ...]:
 
 
 def parse_cidrs(value: Any) -> tuple[str, ...]:
-    """CIDRs (`10.0.0.0/8`, `0.0.0.0/0`), repeated or comma-separated; host bits are cleared."""
+    """CIDRs (`10.0.0.0/8`, `0.0.0.0/0`), repeated or comma-separated; host bits are cleared. Each may name
+    one port and a protocol: `10.0.0.0/8:443`, `10.0.0.0/8:53/UDP`, `[fd00::/8]:443` (TCP by default);
+    kept as `CIDR`, `CIDR:PORT/PROTO` or `[CIDR]:PORT/PROTO`."""
     out = []
     for word in _words(value):
-        try:
-            out.append(str(ipaddress.ip_network(word, strict=False)))
-        except ValueError:
-            raise ValueError(f"{word!r} is not a CIDR like 10.0.0.0/8 or 0.0.0.0/0") from None
+        out.append(_cidr_port(word))
     return tuple(dict.fromkeys(out))
+
+
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+def _cidr_port(word: str) -> str:
+    example = "a CIDR like 10.0.0.0/8 or 0.0.0.0/0, optionally with :PORT[/TCP|UDP|SCTP]"
+    cidr, port = word, ""
+    if word.startswith("["):
+        cidr, _, rest = word[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{word!r} is not {example}")
+    elif word.count(":") == 1:
+        cidr, port = word.split(":")
+    try:
+        network = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        raise ValueError(f"{word!r} is not {example}") from None
+    if not port:
+        return str(network)
+    number, _, protocol = port.partition("/")
+    protocol = (protocol or "TCP").upper()
+    if not number.isdigit() or not 1 <= int(number) <= 65535 or protocol not in _PROTOCOLS:
+        raise ValueError(f"{word!r} is not {example} (a port 1-65535)")
+    shown = f"[{network}]" if network.version == 6 else str(network)
+    return f"{shown}:{int(number)}/{protocol}"
+
+
+def split_cidr_port(entry: str) -> tuple[str, int | None, str | None]:
+    """(CIDR, port, protocol) of a parse_cidrs entry; port and protocol None when it names no port."""
+    if entry.startswith("["):
+        cidr, _, rest = entry[1:].partition("]")
+        port, _, protocol = rest[1:].partition("/")
+        return cidr, int(port), protocol
+    if ":" in entry and "/" in entry.partition(":")[2]:
+        cidr, _, rest = entry.partition(":")
+        port, _, protocol = rest.partition("/")
+        return cidr, int(port), protocol
+    return entry, None, None
 
 
 def parse_gbps(value: Any) -> float:

@@ -282,10 +282,20 @@ class JobSpec:
         doc="With the pre-flight check (which this turns on): the bus bandwidth, in GB/s, its all-reduce "
             "must reach at its largest size, else the job fails naming the slowest pod."))
     allow_egress: tuple[str, ...] = field(default=(), metadata=describe(
-        parse_cidrs, "CIDR", multiple=True,
-        help="Where job pods may connect besides each other and DNS (0.0.0.0/0: anywhere). Repeatable.",
-        doc="CIDRs job pods may reach besides each other and DNS (e.g. an object store; 0.0.0.0/0: "
-            "anywhere), in the job's NetworkPolicy."))
+        parse_cidrs, "CIDR[:PORT[/PROTO]]", multiple=True,
+        help="With restricted egress: where job pods may connect besides each other and DNS (a CIDR, "
+             "optionally one port). Implies --restrict-egress. Repeatable.",
+        doc="Where job pods may connect besides each other and DNS when egress is restricted: CIDRs, each "
+            "optionally with one port (10.0.0.0/8:443, 10.0.0.53/32:53/UDP). Giving any implies "
+            "restrict_egress, as before egress was open by default."))
+    restrict_egress: bool = field(default=False, metadata=describe(
+        parse_bool,
+        help="Job pods reach only each other, DNS and --allow-egress (default: anywhere; ingress is "
+             "isolated either way).",
+        doc="Restrict the job pods' egress in the job's NetworkPolicy to the job's own pods, the cluster DNS "
+            "(kube-dns, NodeLocal DNSCache, OpenShift DNS) and allow_egress. Off: egress is open (data "
+            "from S3/GCS, a package index, a metrics gateway work on a first run); ingress is isolated to "
+            "the job's pods either way."))
     min_gpus: int | None = field(default=None, metadata=describe(
         parse_gpus, "M", help="Elastic Horovod: train on as few as M GPUs while a lost worker is replaced.",
         doc="Elastic Horovod: the fewest GPUs the job may train on, `gpus` being its target. A lost worker "

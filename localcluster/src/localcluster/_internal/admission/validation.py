@@ -20,6 +20,7 @@ from localcluster._internal.admission.podvalidation import (
     is_extended_resource,
     validate_pod_spec,
 )
+from localcluster._internal.admission.policies import binding_causes, policy_causes
 from localcluster._internal.apimachinery.fielderrors import (
     DUPLICATE,
     FORBIDDEN,
@@ -253,6 +254,10 @@ def validate(resource: str, obj: Mapping[str, Any]) -> list[Cause]:
         causes += _service_causes(obj)
     elif resource == "persistentvolumeclaims":
         causes += claim_causes(obj)
+    elif resource == "validatingadmissionpolicies":
+        causes += policy_causes(obj)
+    elif resource == "validatingadmissionpolicybindings":
+        causes += binding_causes(obj)
     return causes
 
 

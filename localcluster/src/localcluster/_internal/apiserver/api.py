@@ -111,8 +111,10 @@ class ApiServer:
             return non_resource(request, user, access=self.access, server_address=self.server_address)
         _check_accept(request.headers.get("Accept", ""))
         verb = verb_of(request.method, target, query)
+        # a Namespace's own path names its namespace (RequestInfoFactory): a Role there may grant `get` on it
+        own = target.name if target.resource.key == "namespaces" and target.name else ""
         attrs = Attributes(verb=verb, group=target.resource.group, resource=target.resource.plural,
-                           subresource=target.subresource or "", namespace=target.namespace or "",
+                           subresource=target.subresource or "", namespace=target.namespace or own,
                            name=target.name or "")
         if target.subresource == "log" or (target.subresource and request.method == "GET"):
             attrs = Attributes(verb="get", group=attrs.group, resource=attrs.resource,
@@ -192,12 +194,14 @@ class ApiServer:
             obj.pop("status", None)
         defaults.apply(r.key, obj)
         name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+        # mutating admission (LimitRange defaults) comes before validation, as in the generic registry
+        self.controllers.mutate_create(r, obj, user)
         validate(r, obj, None)
         if not obj["metadata"].get("name") and not obj["metadata"].get("generateName"):
             raise st.invalid(r.kind, "", [{"reason": "FieldValueRequired", "message": "name or generateName "
                                            "is required", "field": "metadata.name"}], r.group)
         check_escalation(r, obj, None, user, self.access.policy, target.namespace or "")
-        warnings = self.controllers.admit_create(r, obj, user)
+        warnings = self.controllers.admit_create(r, obj, user, dry_run=request.query.get("dryRun") == "All")
         if request.query.get("dryRun") == "All":
             if self.store.get(r.key, target.namespace, obj["metadata"].get("name", "")) is not None:
                 raise st.already_exists(r.plural, name, r.group)
@@ -255,7 +259,9 @@ class ApiServer:
             defaults.secret(obj)
         validate(r, obj, current)
         check_escalation(r, obj, current, user, self.access.policy, target.namespace or "")
-        warnings = self.controllers.admit_update(r, obj, current, user)
+        warnings = self.controllers.admit_update(r, obj, current, user,
+                                                 dry_run=request.query.get("dryRun") == "All",
+                                                 subresource=target.subresource or "")
         if request.query.get("dryRun") == "All":
             return with_warnings(json_response(obj), warnings)
         try:
@@ -336,8 +342,10 @@ class ApiServer:
                               "Precondition failed: ResourceVersion in precondition: "
                               f"{pre['resourceVersion']}, ResourceVersion in object meta: "
                               f"{current['metadata']['resourceVersion']}")
-        warnings = _default_propagation(r, options)
-        if request.query.get("dryRun") == "All":
+        dry_run = request.query.get("dryRun") == "All"
+        warnings = _default_propagation(r, options) + self.controllers.admit_delete(r, current, user,
+                                                                                    dry_run=dry_run)
+        if dry_run:
             return with_warnings(json_response(current), warnings)
         result, immediate = self.controllers.delete(r, current, options)
         if r.key in ("pods", "namespaces") or not immediate:
@@ -358,6 +366,7 @@ class ApiServer:
             current = self.store.get(r.key, item["metadata"].get("namespace"), item["metadata"]["name"])
             if current is None:
                 continue
+            self.controllers.admit_delete(r, current, user)
             result, _ = self.controllers.delete(r, current, options)
             deleted.append(result)
         return with_warnings(json_response({"kind": f"{r.kind}List", "apiVersion": r.api_version,

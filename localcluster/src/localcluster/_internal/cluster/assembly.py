@@ -38,6 +38,7 @@ from localcluster._internal.cluster.spec import ClusterSpec, make_runtime, node_
 from localcluster._internal.controllers.loops import Controllers
 from localcluster._internal.doubles import nodeshutdown
 from localcluster._internal.doubles.apioutage import ApiOutages, Outage
+from localcluster._internal.doubles.openshift import RestrictedV2
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.runtime.base import ObjectChange, PodRuntime
 from localcluster._internal.runtime.process import ProcessRuntime
@@ -174,9 +175,10 @@ class LocalCluster:
         self.ca_cert_pem = self._certs.ca_cert_pem
         self.ca_path.write_bytes(self.ca_cert_pem)
         self._seed()
+        hooks = (RestrictedV2(),) if self.spec.openshift else ()
         self.controllers = Controllers(store=self.store, runtime=self.runtime, pod_security=self.pod_security,
                                        event_ttl=self.spec.event_ttl, admit_handlers=[nodeshutdown.refusal],
-                                       job_backoff=self.spec.job_backoff)
+                                       job_backoff=self.spec.job_backoff, admission_hooks=hooks)
         self.controllers.start()
         access = Access(store=self.store, tokens=self.tokens)
         subresources = Subresources(store=self.store, access=access, controllers=self.controllers,

@@ -108,6 +108,9 @@ main.add_command(fault)
               help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
                    "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
+@click.option("--openshift", is_flag=True,
+              help="OpenShift's restricted-v2 SCC in namespaces annotated openshift.io/sa.scc.uid-range: "
+                   "UIDs assigned from the range, others refused with the SCC's message.")
 @click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
               metavar="FILE",
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
@@ -122,7 +125,7 @@ main.add_command(fault)
                    "on either runtime. Repeatable.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
-       node_link: str, images: Path | None, pull_times: tuple[str, ...],
+       node_link: str, openshift: bool, images: Path | None, pull_times: tuple[str, ...],
        missing_images: tuple[str, ...]) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
@@ -154,7 +157,7 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    hostname_label_suffix=hostname_label_suffix,
                                    network_policy=not no_network_policy, volume_refresh=volume_refresh,
                                    node_link=node_link, images=images, pull_times=pull_times,
-                                   missing_images=missing_images)
+                                   missing_images=missing_images, openshift=openshift)
     process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

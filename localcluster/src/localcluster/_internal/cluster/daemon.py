@@ -49,7 +49,7 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
                   hostname_label_suffix: str = "", network_policy: bool = True,
                   volume_refresh: float | None = None, node_link: str = "",
                   images: Path | None = None, pull_times: Sequence[str] = (),
-                  missing_images: Sequence[str] = ()) -> list[str]:
+                  missing_images: Sequence[str] = (), openshift: bool = False) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -66,6 +66,7 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
     for pattern in missing_images:
         command += ["--missing-image", pattern]
     command += [] if gpu_taint else ["--no-gpu-taint"]
+    command += ["--openshift"] if openshift else []
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]
     return command if network_policy else [*command, "--no-network-policy"]

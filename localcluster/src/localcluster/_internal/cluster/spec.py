@@ -46,6 +46,9 @@ class ClusterSpec:
     # each node's link to the other nodes, "RATE[,DELAY]" like "1gbit" (process runtime, netns mode only;
     # runtime/nodelink.py); empty: pods of different nodes talk as fast as pods of one node
     node_link: str = ""
+    # OpenShift's restricted-v2 SCC admission in every namespace annotated openshift.io/sa.scc.uid-range
+    # (doubles/openshift.py): UIDs assigned from the range, others refused with the SCC's message
+    openshift: bool = False
     # the images the process runtime can run: each a Dockerfile (its files and defaults) or the host's own
     # files (runtime/images.py); empty: every image fails to pull (ErrImagePull), as on a node without a
     # registry. The simulated runtime runs no image and ignores it.

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from localcluster._internal.admission import claims, podsecurity
-from localcluster._internal.admission.plugins import AdmissionPlugins
+from localcluster._internal.admission.plugins import AdmissionHook, AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
 from localcluster._internal.controllers.collector import GarbageCollector
@@ -49,13 +49,14 @@ class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
                  event_ttl: float = 3600.0, admit_handlers: Sequence[AdmitHandler] = (),
-                 job_backoff: float = 10.0) -> None:
+                 job_backoff: float = 10.0, admission_hooks: Sequence[AdmissionHook] = ()) -> None:
         self.store = store
         self.runtime = runtime
         self.admit_handlers = tuple(admit_handlers)
         self.events = EventRecorder(store=store, ttl=event_ttl)
         self.quotas = QuotaController(store=store)
-        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
+        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security,
+                                          hooks=admission_hooks)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started: set[str] = set()          # uids of pods handed to the runtime
         self._stopping: set[str] = set()         # uids of pods whose containers are being stopped
@@ -263,12 +264,20 @@ class Controllers:
         ns = self.store.get("namespaces", None, namespace)
         return ns is not None and bool(ns["metadata"].get("deletionTimestamp"))
 
-    def admit_create(self, r: Resource, obj: Obj, user: UserInfo) -> list[str]:
-        """The admission plugins (admission/plugins.py); returns the answer's warnings."""
-        return self.admission.create(r, obj, user)
+    def mutate_create(self, r: Resource, obj: Obj, user: UserInfo) -> None:
+        """The mutating admission plugins, before the object is validated (admission/plugins.py)."""
+        self.admission.mutate_create(r, obj, user)
 
-    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo) -> list[str]:
-        return self.admission.update(r, obj, current, user)
+    def admit_create(self, r: Resource, obj: Obj, user: UserInfo, *, dry_run: bool = False) -> list[str]:
+        """The validating admission plugins (admission/plugins.py); returns the answer's warnings."""
+        return self.admission.create(r, obj, user, dry_run=dry_run)
+
+    def admit_update(self, r: Resource, obj: Obj, current: Obj, user: UserInfo, *, dry_run: bool = False,
+                     subresource: str = "") -> list[str]:
+        return self.admission.update(r, obj, current, user, dry_run=dry_run, subresource=subresource)
+
+    def admit_delete(self, r: Resource, current: Obj, user: UserInfo, *, dry_run: bool = False) -> list[str]:
+        return self.admission.delete(r, current, user, dry_run=dry_run)
 
     def after_update(self, r: Resource, obj: Obj) -> None:
         meta = obj["metadata"]

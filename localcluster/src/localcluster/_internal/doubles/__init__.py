@@ -5,6 +5,10 @@ One module (or subpackage) per system. Its docstring names the upstream behaviou
 (`cluster-autoscaler 1.31: scale-up when a pod is Unschedulable ...`), and says what it leaves out. A double
 watches and writes through the store like the controllers do (storage/, controllers/), is switched on by a
 `ClusterSpec` field (off by default, so a cluster without it behaves as before), and has its own tests under
-localcluster/tests. Here: `apioutage` (API outages: refused, hung, 429, 503) and `nodeshutdown` (the kubelet's
-graceful node shutdown), both switched on by a call (`LocalCluster.api_outage`, `shutdown_node`), not a field.
+localcluster/tests.
+
+    apioutage.py     API outages: refused, hung, 429, 503 (switched on by a call: LocalCluster.api_outage)
+    nodeshutdown.py  the kubelet's graceful node shutdown (a call: LocalCluster.shutdown_node)
+    openshift.py     OpenShift's restricted-v2 SCC admission in namespaces that carry a UID range
+                     (ClusterSpec.openshift)
 """

@@ -1,8 +1,9 @@
 """Who a container runs as, by the kubelet's rules, and which host paths a non-root container must be shown.
 
 The user: the container's `securityContext.runAsUser`, else the pod's, else the image's `USER`, else root;
-the group likewise (runAsGroup, then the image's `USER u:g`, then the user's primary group in the image's
-/etc/passwd, else 0); supplementary groups: the pod's `supplementalGroups` and `fsGroup`. A container with
+the group likewise (runAsGroup, then the image's `USER u:g` when the user is the image's, then the user's
+primary group in the image's /etc/passwd, else 0); supplementary groups: the pod's `supplementalGroups` and
+`fsGroup`. A container with
 `runAsNonRoot: true` that would run as uid 0, or whose image names its user by a name the kubelet cannot
 check, does not start: its state is `CreateContainerConfigError` with the kubelet's own message.
 
@@ -98,11 +99,14 @@ def run_as(pod: Mapping[str, Any], container: Mapping[str, Any], *, image_user: 
             raise ContainerConfigError(f"unable to find user {image_name}: no matching entries in passwd "
                                        "file") from e
         uid, image_gid = found[0], image_gid if image_gid is not None else found[1]
+    from_image = uid is None
     if uid is None:
         uid = image_uid if image_uid is not None else 0
     if non_root and uid == 0:
         raise ContainerConfigError(f"container has runAsNonRoot and image will run as root {where}")
-    gid = _first(ctr_ctx.get("runAsGroup"), pod_ctx.get("runAsGroup"), image_gid)
+    # the image's group goes with the image's user only: a runAsUser from the pod takes its group from the
+    # image's /etc/passwd, else 0 (containerd's WithUserID, CRI-O likewise), as an OpenShift UID does
+    gid = _first(ctr_ctx.get("runAsGroup"), pod_ctx.get("runAsGroup"), image_gid if from_image else None)
     if gid is None:
         own = next((u for u in users if u.uid == int(uid)), None)
         try:

@@ -39,6 +39,7 @@ class Resource:
 _RBAC = "rbac.authorization.k8s.io"
 _AUTHZ = "authorization.k8s.io"
 _AUTHN = "authentication.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, ("ns",), subresources=("status", "finalize")),
@@ -57,6 +58,7 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("status",)),
     Resource("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), subresources=("status",)),
     Resource("", "v1", "limitranges", "LimitRange", True, ("limits",)),
+    Resource("", "v1", "podtemplates", "PodTemplate", True),
     Resource(_RBAC, "v1", "roles", "Role", True),
     Resource(_RBAC, "v1", "rolebindings", "RoleBinding", True),
     Resource(_RBAC, "v1", "clusterroles", "ClusterRole", False),
@@ -77,6 +79,10 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("pc",)),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",),
              subresources=("status",)),
+    Resource(_ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False,
+             subresources=("status",), categories=("api-extensions",)),
+    Resource(_ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,
+             categories=("api-extensions",)),
 )
 
 GROUP_VERSIONS: dict[str, str] = {}
