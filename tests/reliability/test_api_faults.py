@@ -255,3 +255,64 @@ def test_someone_elses_object_with_our_name_is_left_alone(local_cluster_factory:
     assert after == before
     row("409: an unlabelled object already has the job's Secret name", outcome="exit 72, foreign object kept",
         exit_code=result, objects_left=count(left), gpus_held=held(before, after))
+
+
+# ---- outages while the job runs (issue 25): the job must outlive them ------------------------------------
+@pytest.mark.parametrize(("mode", "seconds"), [("refuse", 12.0), ("hang", 8.0), ("429", 12.0), ("503", 8.0)])
+def test_a_running_job_outlives_an_api_outage(local_cluster_factory: Factory, row: Callable[..., object],
+                                              mode: str, seconds: float) -> None:
+    """Twice the bounded retries of creation (6 attempts: ~5 s of 429s, ~8 s of refusals) and more: while the
+    job runs the manager retries for --api-outage-tolerance, the chief's log is copied once, every line,
+    and what the chief did meanwhile (it ended) is judged once the API answers."""
+    cluster = local_cluster_factory(behaviors=[chief_runs_forever()])
+    kube = kube_of(cluster)
+    before = free_gpus(kube)
+    manager = ManagerThread(kube_of(cluster), spec()).start()
+    _training(cluster, manager)
+    fault_at = time.monotonic()
+    with cluster.api_outage(mode, seconds=seconds, retry_after=2):
+        _log(cluster, "epoch 2 loss 0.5\nepoch 3 loss 0.2\n")
+        time.sleep(seconds / 2)
+        _chief_exit(cluster, 0)
+        time.sleep(seconds / 2)
+    code = manager.join()
+    assert code == 0, manager.recorder.text
+    chief_log = manager.recorder.chief_out.getvalue().splitlines()
+    assert [line for line in chief_log if line.startswith("epoch")] == CHIEF_LINES  # none lost, none twice
+    assert "chief train-chief ended with exit code 0" in manager.recorder.text
+    left = leftovers(kube, "train")
+    assert left == {"pods": ["train-chief"]}
+    after = free_gpus(kube)
+    assert after == before
+    detected = manager.recorder.first("ended with exit code")
+    assert detected is not None and manager.ended_at is not None
+    row(f"API {mode} for {seconds:g} s while the job runs", outcome="exit 0, every log line once",
+        exit_code=code, detect_s=round(detected - fault_at, 3),
+        cleanup_s=round(manager.ended_at - detected, 3), objects_left=count(left) - 1,
+        gpus_held=held(before, after),
+        notes="tolerated by --api-outage-tolerance (30m); the chief ended during the outage")
+
+
+def test_an_outage_longer_than_the_tolerance_leaves_the_job_to_its_owner(
+        local_cluster_factory: Factory, row: Callable[..., object]) -> None:
+    """Past --api-outage-tolerance the manager says so and exits 77, deleting nothing: half a cleanup
+    through a dead API would be worse than none, and a new manager pod of its Job adopts the job."""
+    cluster = local_cluster_factory(behaviors=[chief_runs_forever()])
+    kube = kube_of(cluster)
+    manager = ManagerThread(kube_of(cluster), spec(api_outage_tolerance="4s")).start()
+    _training(cluster, manager)
+    outage = cluster.api_outage("refuse")
+    try:
+        code = manager.join()
+    finally:
+        outage.clear()
+    assert code == 77, manager.recorder.text
+    assert "longer than --api-outage-tolerance (4s)" in manager.message
+    assert "its pods are left running with their owner" in manager.recorder.text
+    assert "deleting all it created" not in manager.recorder.text
+    pods = leftovers(kube, "train")["pods"]
+    assert pods == ["train-chief", "train-worker-0"]  # still training, for the next manager to adopt
+    assert running_job(kube, "train", workers=1) is not None
+    row("API refused longer than --api-outage-tolerance", outcome="exit 77, the job left running",
+        exit_code=code, objects_left=count(leftovers(kube, "train")),
+        notes="tolerance 4 s; nothing deleted through a dead API; the manager's Job adopts it")
