@@ -27,6 +27,7 @@ from localcluster._internal.cluster.testcluster import (
     start_cluster,
     wait_until,
 )
+from localcluster._internal.doubles.autoscaler import NodePool, parse_node_pool
 from localcluster._internal.errors import InvalidInput, InvalidQuantity, LocalClusterError, StartFailed
 from localcluster._internal.podspec.requests import pod_requests
 from localcluster._internal.runtime.images import ImageMap, ImageMapping, ImageNotFound
@@ -36,7 +37,8 @@ from localcluster._internal.runtime.sim import Behavior, Predicate, SimRuntime
 
 # What each name is for: a cluster started and stopped (ClusterSpec, LocalCluster, TestCluster, start_cluster,
 # wait_until, kubectl_path), or as a background process (serve_command, start_daemon); the pod runtimes and
-# their switches (SimRuntime, Behavior, Predicate, ProcessRuntime, NodeLink, parse_node_link); the images the
+# their switches (SimRuntime, Behavior, Predicate, ProcessRuntime, NodeLink, parse_node_link); the node pools
+# an autoscaled cluster grows and shrinks (NodePool, parse_node_pool: ClusterSpec.node_pools); the images the
 # process runtime can run (ImageMap, ImageMapping); injected API faults (Fault); the errors; and Kubernetes'
 # resource rules as the cluster applies them (pod_requests, parse_quantity), to hold other implementations to.
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "LocalCluster",
     "LocalClusterError",
     "NodeLink",
+    "NodePool",
     "Predicate",
     "ProcessRuntime",
     "RawResponse",
@@ -61,6 +64,7 @@ __all__ = [
     "TestCluster",
     "kubectl_path",
     "parse_node_link",
+    "parse_node_pool",
     "parse_quantity",
     "pod_requests",
     "serve_command",

@@ -4,23 +4,26 @@ server's order (kube-apiserver's AllOrderedPlugins):
     LimitRanger (defaults, then min/max)  ->  ServiceAccount  ->  PodSecurity  ->  ResourceQuota
 
 then, for a pod, what the pod strategy sets on create (status.qosClass, from the requests and limits the
-plugins have left). Refusals raise the real 403 (or 422 for bad Pod Security labels); `create` and `update`
-return the warnings for the answer's `Warning` headers. The rules are the pure modules' (limitranges,
-podsecurity, quota, qos); this module only reads the store around them.
+plugins have left; a gated pod's SchedulingGated condition, schedulinggates.py). The hooks, models of other
+systems' admission webhooks (doubles/: Kueue's pod webhook), change a pod first, before the plugins judge it.
+Refusals raise the real 403 (or 422 for bad Pod Security labels); `create` and `update` return the warnings
+for the answer's `Warning` headers. The rules are the pure modules' (limitranges, podsecurity, quota, qos);
+this module only reads the store around them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from localcluster._internal.admission import limitranges, podsecurity, quota
+from localcluster._internal.admission import limitranges, podsecurity, quota, schedulinggates
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.apimachinery.fielderrors import status_invalid
 from localcluster._internal.auth.identity import UserInfo
 from localcluster._internal.podspec.qos import qos_class
 from localcluster._internal.storage.registry import Resource
-from localcluster._internal.storage.store import Store
+from localcluster._internal.storage.store import Store, now_iso
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("localcluster.audit")  # Pod Security's audit mode: there is no audit log here
@@ -39,12 +42,23 @@ class QuotaUsage(Protocol):
     def with_usage(self, namespace: str) -> list[tuple[Obj, quota.Usage]]: ...
 
 
+class AdmissionHook(Protocol):
+    """A model of another system's admission plugin (doubles/): it may change a pod before validation and
+    refuse it after, raising an ApiStatus."""
+
+    def mutate_pod(self, pod: Obj, namespace: Mapping[str, Any], user: UserInfo) -> None: ...
+
+    def validate_pod(self, pod: Obj, namespace: Mapping[str, Any], user: UserInfo) -> None: ...
+
+
 class AdmissionPlugins:
     def __init__(self, *, store: Store, quotas: QuotaUsage,
-                 pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY) -> None:
+                 pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
+                 hooks: Sequence[AdmissionHook] = ()) -> None:
         self.store = store
         self.quotas = quotas
         self.pod_security = pod_security   # the cluster's defaults, for namespaces without labels
+        self.hooks = tuple(hooks)
 
     def namespace_policy(self, namespace: str) -> podsecurity.Policy:
         ns = self.store.get("namespaces", None, namespace) or {}
@@ -60,12 +74,23 @@ class AdmissionPlugins:
             limitranges.default_limit_range(obj)
         warnings: list[str] = []
         if r.key == "pods":
+            self._hooks(obj, user)
             warnings = self._admit_pod(obj)
         if r.namespaced and r.stored:
             self._admit_quota(r, obj)
         if r.key == "pods":
             obj.setdefault("status", {})["qosClass"] = qos_class(obj)
+            schedulinggates.apply_on_create(obj, now=now_iso())
         return warnings
+
+    def _hooks(self, pod: Obj, user: UserInfo) -> None:
+        if not self.hooks:
+            return
+        namespace = self.store.get("namespaces", None, pod["metadata"].get("namespace") or "") or {}
+        for hook in self.hooks:
+            hook.mutate_pod(pod, namespace, user)
+        for hook in self.hooks:
+            hook.validate_pod(pod, namespace, user)
 
     def _admit_pod(self, pod: Obj) -> list[str]:
         namespace, name = pod["metadata"]["namespace"], _name(pod)

@@ -60,8 +60,10 @@ CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 
 class ApiServer:
     def __init__(self, *, store: Store, access: Access, controllers: Controllers, subresources: Subresources,
-                 faults: Faults, server_address: str, bookmark_interval: float = 5.0) -> None:
+                 faults: Faults, server_address: str, bookmark_interval: float = 5.0,
+                 served: frozenset[str] = frozenset()) -> None:
         self.store = store
+        self.served = served  # the doubles whose kinds this cluster serves (storage/registry.py)
         self.access = access
         self.controllers = controllers
         self.subresources = subresources
@@ -101,9 +103,10 @@ class ApiServer:
         user = self.access.authenticate(request.headers)
         user = self.access.impersonate(user, request.headers)
         query = dict(request.query)
-        target = parse_target(path)
+        target = parse_target(path, self.served)
         if target is None:
-            return non_resource(request, user, access=self.access, server_address=self.server_address)
+            return non_resource(request, user, access=self.access, server_address=self.server_address,
+                                served=self.served)
         verb = verb_of(request.method, target, query)
         attrs = Attributes(verb=verb, group=target.resource.group, resource=target.resource.plural,
                            subresource=target.subresource or "", namespace=target.namespace or "",

@@ -18,6 +18,8 @@ from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.auth.certs import DEFAULT_SANS
 from localcluster._internal.cluster.assembly import LocalCluster
 from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.doubles.autoscaler import NodePool, parse_node_pool
+from localcluster._internal.errors import InvalidInput
 from localcluster._internal.runtime.images import ImageMap
 
 
@@ -26,9 +28,16 @@ def parse_nodes(text: str) -> tuple[int, ...]:
         nodes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected GPU counts like 5,3,2") from None
-    if not nodes or any(n < 0 for n in nodes):
+    if any(n < 0 for n in nodes):
         raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected one non-negative GPU count per node")
     return nodes
+
+
+def _node_pool(text: str) -> NodePool:
+    try:
+        return parse_node_pool(text)
+    except InvalidInput as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="each node's link to the others, e.g. 1gbit (process runtime, root)")
     serve.add_argument("--images", type=Path, default=None, metavar="FILE",
                        help="the image map: which images the process runtime can run (default: none)")
+    serve.add_argument("--node-pool", type=_node_pool, action="append", default=[],
+                       metavar="NAME:GPUS:MAX[:MIN]",
+                       help="an autoscaled node pool (doubles/autoscaler); repeatable")
+    serve.add_argument("--autoscaler-delay", type=float, default=30.0, metavar="SECONDS",
+                       help="from a scale-up decision to the new node's registration (default 30)")
+    serve.add_argument("--scale-down-unneeded-time", type=float, default=600.0, metavar="SECONDS",
+                       help="how long a pool's node holds no pod before it is removed (default 600)")
+    serve.add_argument("--provisioning-requests", action="store_true",
+                       help="serve and answer autoscaling.x-k8s.io/v1 ProvisioningRequests")
+    serve.add_argument("--kueue", action="store_true", help="run Kueue's plain-pod protocol (doubles/kueue)")
+    serve.add_argument("--kueue-manage-jobs-without-queue-name", action="store_true",
+                       help="Kueue queues every pod, with a queue name or not")
     return parser
 
 
@@ -82,13 +103,19 @@ def _runtime_options(args: argparse.Namespace) -> dict[str, object]:
 async def serve(args: argparse.Namespace) -> None:
     if args.cpu_nodes < 0:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
+    if not args.nodes and not args.cpu_nodes and not args.node_pool:
+        raise SystemExit("--nodes: expected at least one node, or a --node-pool")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
                        runtime_options=_runtime_options(args),
                        images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
                        bind_host=args.host, port=args.port,
-                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
+                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))),
+                       node_pools=tuple(args.node_pool), autoscaler_provision_delay=args.autoscaler_delay,
+                       autoscaler_unneeded_time=args.scale_down_unneeded_time,
+                       provisioning_requests=args.provisioning_requests, kueue=args.kueue,
+                       kueue_manage_without_queue_name=args.kueue_manage_jobs_without_queue_name)
     cluster = LocalCluster(spec, state_dir=args.dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

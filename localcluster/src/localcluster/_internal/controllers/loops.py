@@ -13,11 +13,11 @@ import contextlib
 import copy
 import datetime
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from localcluster._internal.admission import claims, podsecurity
-from localcluster._internal.admission.plugins import AdmissionPlugins
+from localcluster._internal.admission import claims, podsecurity, schedulinggates
+from localcluster._internal.admission.plugins import AdmissionHook, AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
 from localcluster._internal.controllers.collector import GarbageCollector
@@ -43,12 +43,13 @@ def _later(seconds: float) -> str:
 class Controllers:
     def __init__(self, *, store: Store, runtime: PodRuntime,
                  pod_security: podsecurity.Policy = podsecurity.PRIVILEGED_POLICY,
-                 event_ttl: float = 3600.0) -> None:
+                 event_ttl: float = 3600.0, admission_hooks: Sequence[AdmissionHook] = ()) -> None:
         self.store = store
         self.runtime = runtime
         self.events = EventRecorder(store=store, ttl=event_ttl)
         self.quotas = QuotaController(store=store)
-        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security)
+        self.admission = AdmissionPlugins(store=store, quotas=self.quotas, pod_security=pod_security,
+                                          hooks=admission_hooks)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._started: set[str] = set()          # uids of pods handed to the runtime
         self._stopping: set[str] = set()         # uids of pods whose containers are being stopped
@@ -103,8 +104,10 @@ class Controllers:
             self._schedule_wake.set()
             return
         if not spec.get("nodeName"):
+            # a gated pod waits outside the scheduling queue until its last gate is removed
             schedulable = phase not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp") and (
-                spec.get("schedulerName", "default-scheduler") == "default-scheduler")
+                spec.get("schedulerName", "default-scheduler") == "default-scheduler") and (
+                not schedulinggates.is_gated(pod))
             if schedulable and uid not in self._pending:
                 self._pending[uid] = (pod["metadata"]["namespace"], pod["metadata"]["name"])
                 self._schedule_wake.set()
@@ -183,7 +186,8 @@ class Controllers:
                 # re-read after yielding: pods and nodes may have changed meanwhile
                 nodes = [n for n in self.store.objects("nodes") if not n["metadata"].get("deletionTimestamp")]
             pod = self.store.get("pods", namespace, name)
-            if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+            if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp") or (
+                    schedulinggates.is_gated(pod)):
                 self._pending.pop(uid, None)
                 continue
             missing = claims.missing_claim(pod, self.store.get)

@@ -5,5 +5,10 @@ One module (or subpackage) per system. Its docstring names the upstream behaviou
 (`cluster-autoscaler 1.31: scale-up when a pod is Unschedulable ...`), and says what it leaves out. A double
 watches and writes through the store like the controllers do (storage/, controllers/), is switched on by a
 `ClusterSpec` field (off by default, so a cluster without it behaves as before), and has its own tests under
-localcluster/tests. None yet.
+localcluster/tests.
+
+    autoscaler/    a node-pool autoscaler after cluster-autoscaler 1.31, and ProvisioningRequests
+                   (ClusterSpec.node_pools, .provisioning_requests)
+    kueue/         Kueue v0.10's plain-pod protocol: gating webhook, pod-group Workloads, ClusterQueue quota
+                   (ClusterSpec.kueue)
 """
