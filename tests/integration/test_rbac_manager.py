@@ -145,9 +145,9 @@ def test_rbac_grants_no_writes_cluster_wide() -> None:
 def test_rbac_and_manifests_validate_strictly(version: str) -> None:
     files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
-        "DistributeTrain_ClusterRole.yaml", "DistributeTrain_ClusterRoleBinding.yaml",
-        "DistributeTrain_ServiceAccount.yaml", "DistributeTrain_Manager.yaml",
-        "DistributeTrain_PodTemplate.yaml"]
+        "DistributeTrain_Capacity.yaml", "DistributeTrain_ClusterRole.yaml",
+        "DistributeTrain_ClusterRoleBinding.yaml", "DistributeTrain_ServiceAccount.yaml",
+        "DistributeTrain_Manager.yaml", "DistributeTrain_PodTemplate.yaml"]
     for path in files:
         for doc in yaml.safe_load_all(path.read_text()):
             kubernetes_validate.validate(doc, version, strict=True)

@@ -38,11 +38,18 @@ RESOURCES: dict[str, Resource] = {
     "persistentvolumeclaims": Resource("/api/v1", "persistentvolumeclaims"),
     "events": Resource("/api/v1", "events"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
+    # capacity the manager does not place itself (manager/capacity.py): served where those systems run
+    "podtemplates": Resource("/api/v1", "podtemplates"),
+    "provisioningrequests": Resource("/apis/autoscaling.x-k8s.io/v1", "provisioningrequests"),
+    "localqueues": Resource("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),
+    "workloads": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
+    "karpenter-nodepools": Resource("/apis/karpenter.sh/v1", "nodepools", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
                     "NetworkPolicy": "networkpolicies", "PodDisruptionBudget": "poddisruptionbudgets",
-                    "Event": "events"}
+                    "Event": "events", "PodTemplate": "podtemplates",
+                    "ProvisioningRequest": "provisioningrequests"}
 MERGE_PATCH = "application/merge-patch+json"
 
 
