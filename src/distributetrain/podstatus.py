@@ -163,6 +163,15 @@ def describe(pod: Pod) -> str:
     return f"pod {name(pod)} {label} {where}: {why(pod)}"
 
 
+def env(pod: Pod, name: str) -> str | None:
+    """The value of the environment variable `name` a container of the pod is given, None when none is."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for item in container.get("env") or []:
+            if item.get("name") == name:
+                return str(item.get("value", ""))
+    return None
+
+
 def expected_processes(chief: Pod) -> int | None:
     """The chief's horovodrun -np (its DT_NUM_PROCESSES), None when it does not say."""
     for container in (chief.get("spec") or {}).get("containers") or []:

@@ -103,6 +103,13 @@ def list_request(resource: str, namespace: str | None = None, *, limit: int,
         **{"continue": continue_token or None}))
 
 
+def discovery_request(resource: str) -> Request:
+    """The discovery document of the group-version `resource` lives in (`/apis/GROUP/VERSION`): answered to
+    every authenticated user (system:discovery), 404 when the cluster does not serve that API."""
+    api = RESOURCES[resource].api
+    return Request("get", "GET", api, f"discover {api}")
+
+
 def get_request(resource: str, namespace: str | None, name: str) -> Request:
     return Request("get", "GET", path(resource, namespace, name), f"get {resource} {namespace}/{name}")
 

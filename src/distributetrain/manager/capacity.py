@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.errors import DistributeTrainError, Forbidden, InvalidInput, NotFound
+from distributetrain.errors import DistributeTrainError, Forbidden, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import planner, pool
@@ -60,6 +60,12 @@ class Chooser:
         if spec.queue == naming.QUEUE_NONE:
             return None
         name = spec.queue or naming.DEFAULT_LOCAL_QUEUE
+        if not self.kube.serves("localqueues"):
+            if spec.queue:
+                raise InvalidInput(f"queue: the cluster serves no Kueue API (kueue.x-k8s.io/v1beta1), so "
+                                   f"no LocalQueue {spec.namespace}/{name}: install Kueue or drop --queue; "
+                                   "nothing was created")
+            return None
         try:
             found = self.kube.get("localqueues", spec.namespace, name)
         except Forbidden as err:
@@ -67,9 +73,8 @@ class Chooser:
                               f"({err.reason or 'Forbidden'}); apply {RBAC_FILE} for Kueue")
             return spec.queue
         if found is None and spec.queue:
-            raise InvalidInput(f"queue: LocalQueue {spec.namespace}/{name} does not exist, or Kueue is not "
-                               f"installed (kubectl get localqueues -n {spec.namespace}); nothing was "
-                               "created")
+            raise InvalidInput(f"queue: LocalQueue {spec.namespace}/{name} does not exist (kubectl get "
+                               f"localqueues -n {spec.namespace}); nothing was created")
         if found is None:
             return None
         cluster_queue = (found.get("spec") or {}).get("clusterQueue", "?")
@@ -115,12 +120,13 @@ class Chooser:
 
     def _node_pools(self) -> list[dict[str, Any]]:
         if self._karpenter is None:
-            try:
-                self._karpenter = self.kube.list("karpenter-nodepools")[0]
-            except NotFound:  # Karpenter is not installed
-                self._karpenter = []
-            except Forbidden:
-                self._karpenter = []
+            self._karpenter = []
+            if self.kube.serves("karpenter-nodepools"):
+                try:
+                    self._karpenter = self.kube.list("karpenter-nodepools")[0]
+                except Forbidden as err:
+                    self.reporter.say(f"cannot list Karpenter NodePools ({err.reason or 'Forbidden'}); apply "
+                                      f"{RBAC_FILE}")
         return self._karpenter
 
     def _provisioning_class(self) -> str | None:
@@ -128,14 +134,14 @@ class Chooser:
         wanted = self.spec.provisioning_class
         if wanted == naming.PROVISIONING_NONE:
             return None
-        try:
-            self.kube.list("provisioningrequests", self.spec.namespace, page_size=1)
-        except NotFound:
+        if not self.kube.serves("provisioningrequests"):
             if wanted != naming.PROVISIONING_AUTO:
                 raise InvalidInput(f"provisioning_class ({wanted}): the cluster serves no "
                                    "ProvisioningRequest API (autoscaling.x-k8s.io/v1); use "
-                                   "--provisioning-class none; nothing was created") from None
+                                   "--provisioning-class none; nothing was created")
             return None
+        try:
+            self.kube.list("provisioningrequests", self.spec.namespace, page_size=1)
         except Forbidden as err:
             self.reporter.say(f"cannot use ProvisioningRequests ({err.reason or 'Forbidden'}); apply "
                               f"{RBAC_FILE}; the gang waits as plain pending pods")

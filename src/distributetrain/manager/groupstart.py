@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from distributetrain import naming, podstatus
-from distributetrain.errors import ScheduleTimeout, StartFailed
+from distributetrain.errors import Forbidden, ScheduleTimeout, StartFailed
 from distributetrain.hostfile import HostSlots
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
@@ -204,8 +204,11 @@ class GroupStart:
 
     def _queue_state(self, group: str | None) -> str:
         """What Kueue says of the group: its Workload's QuotaReserved condition."""
-        workload = self.kube.get("workloads", self.spec.namespace, str(group)) if group else None
         where = f"LocalQueue {self.gang.queue}"
+        try:
+            workload = self.kube.get("workloads", self.spec.namespace, str(group)) if group else None
+        except Forbidden as err:
+            return f"waiting in {where} (its Workload {group} cannot be read: {err.reason or 'Forbidden'})"
         if workload is None:
             return f"waiting in {where}: no Workload {group} yet (the pod group is not complete)"
         for cond in (workload.get("status") or {}).get("conditions") or []:

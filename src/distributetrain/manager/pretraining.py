@@ -322,7 +322,11 @@ class PreTraining:
         held = sum(podstatus.gpus(p) for p in live)
         whole = chief is not None and held == podstatus.expected_processes(chief)
         ours = chief is not None and self._owned_by_my_job(chief)
-        if chief is not None and (ours or (chief in live and whole)):
+        # a gang made at once (groupstart.py) whose hostfile is still empty never got going: start afresh
+        unstarted = any(c.get("immutable") is False and not (c.get("data") or {}).get(naming.HOSTFILE_KEY)
+                        for c in found["configmaps"]) and chief is not None and podstatus.env(
+            chief, naming.ENV_HOSTFILE_WAIT) is not None
+        if chief is not None and (ours or (chief in live and whole)) and not unstarted:
             workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
             state = "running" if chief in live else f"ended ({podstatus.describe(chief)})"
             since = f"an earlier pod of Job {self.owner.job_name}" if ours and self.owner else \
