@@ -158,7 +158,9 @@ def why(pod: Pod) -> str:
 
 def describe(pod: Pod) -> str:
     """`pod NAME on node NODE: WHY` - which pod, where, why."""
-    where = node(pod) or planned_node(pod) or "no node"
+    where = node(pod) or planned_node(pod)
+    if not where:  # a pod the manager did not place (groupstart.py), not bound yet
+        return f"pod {name(pod)} on no node yet: {why(pod)}"
     label = "on node" if node(pod) else "planned for node"
     return f"pod {name(pod)} {label} {where}: {why(pod)}"
 

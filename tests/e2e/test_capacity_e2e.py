@@ -139,7 +139,8 @@ def test_a_job_the_queue_cannot_admit_waits_then_ends_at_its_timeout_with_the_qu
                                                     DT_SCHEDULE_TIMEOUT="20s"))
     assert pod["status"]["phase"] == "Failed"
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 71, log[-3000:]
-    assert ("insufficient quota for nvidia.com/gpu in flavor gpus, request > maximum capacity (4 > 2)"
+    # four pods of one node's GPU: three workers are one pod set of 3, more than the queue ever holds
+    assert ("insufficient quota for nvidia.com/gpu in flavor gpus, request > maximum capacity (3 > 2)"
             in log), log[-3000:]
     assert "Kueue did not admit the gang" in log
     left = kueue_cluster.kubectl("get", "pods,configmaps,secrets,workloads", "-l",
