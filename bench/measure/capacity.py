@@ -151,7 +151,7 @@ def queue() -> dict[str, Any]:
             spec = JobSpec.from_sources({"gpus": "4", "image": IMAGE, "job_name": job, "queue": "team-queue",
                                          "schedule_timeout": "120s", "keep_chief": "false"}, {})
             code = Orchestrator(PreTraining(Kube.connect(kubeconfig=str(cluster.kubeconfig)), spec,
-                                            reporter=Reporter(io.StringIO()))).run()
+                                            reporter=Reporter(io.StringIO(), io.StringIO()))).run()
             ended[job] = time.monotonic() - t0 if code == 0 else -1.0
 
         sampler = threading.Thread(target=sample, daemon=True)
