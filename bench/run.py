@@ -4,8 +4,9 @@ bench/results/, and docs/benchmarks.md.
 Sections: `placement` (the trace simulation, bench/sim/), six speed benches (bench/measure/: planner_speed,
 apiserver, manager_overhead, scale, demo_phases, preflight), `throughput` (bench/measure/throughput.py:
 Horovod jobs on the local cluster's node links, ~30 min, root; it calibrates the simulator's span cost,
-bench/sim/model.py) and `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a
-restart job, ~6 min, root); each measured section is a module bench/measure/NAME.py exposing
+bench/sim/model.py), `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a restart
+job, ~6 min, root) and `capacity` (bench/measure/capacity.py: a GPU pool that scales from zero, ~1 min, root;
+two jobs through one Kueue queue); each measured section is a module bench/measure/NAME.py exposing
 `main(quick: bool) -> dict`. A run measures the sections asked for, merges their results into the results
 directory section by section (bench/store.py; the others stay as earlier runs left them; runs.json says when
 each was measured), then renders the whole report from every section there (bench/report/): a speed bench's
@@ -144,7 +145,8 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
              "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput (Horovod "
-             "jobs over node links), recovery (lost workers, elastic and restart); `speed` stands for the "
+             "jobs over node links), recovery (lost workers, elastic and restart), capacity (a pool that "
+             "scales from zero, a Kueue queue); `speed` stands for the "
              "six speed benches. The other sections' results already in OUT are kept, and the report is "
              "rendered from all of them. Default: every section")
 

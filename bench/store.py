@@ -26,9 +26,10 @@ PLAIN_RUNS_FILE = "placement_runs.json"
 SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 THROUGHPUT = "throughput"
 RECOVERY = "recovery"
+CAPACITY = "capacity"
 #: every section measured by a module bench/measure/<name>.py, whose main(quick) returns its result
 #: (speed.json)
-MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY)
+MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY, CAPACITY)
 SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}

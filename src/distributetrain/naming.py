@@ -19,6 +19,7 @@ ROLE_SSH = "ssh"
 ROLE_HOSTFILE = "hostfile"
 ROLE_NETWORK = "network"
 ROLE_DISRUPTION = "disruption"
+ROLE_CAPACITY = "capacity"  # a ProvisioningRequest and its PodTemplates
 # which planned GPU share a pod carries, for re-reading a job's plan from its pods
 GPUS_ANNOTATION = "distributetrain.io/gpus"
 # on the chief of a job that survives a lost worker: how (RECOVERY_ELASTIC or RECOVERY_RESTART)
@@ -26,6 +27,22 @@ RECOVERY_ANNOTATION = "distributetrain.io/recovery"
 RECOVERY_ELASTIC = "elastic"    # Horovod elastic: the other ranks go on, the manager replaces the worker
 RECOVERY_RESTART = "restart"    # the training is relaunched from its latest checkpoint on replaced workers
 
+# Capacity the manager does not place itself (manager/capacity.py): an autoscaled pool, a Kueue queue
+SCALE_UP_AUTO, SCALE_UP_ON, SCALE_UP_OFF = "auto", "on", "off"
+SCALE_UP_MODES = (SCALE_UP_AUTO, SCALE_UP_ON, SCALE_UP_OFF)
+PROVISIONING_AUTO, PROVISIONING_NONE = "auto", "none"
+QUEUE_NONE = "none"           # --queue none: never queued, even where the namespace has a default LocalQueue
+DEFAULT_LOCAL_QUEUE = "default"  # Kueue's LocalQueueDefaulting: the namespace's queue for pods without one
+# Kueue's plain-pod protocol (kubernetes-sigs/kueue site/content/en/docs/tasks/run/plain_pods.md, v0.10)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_IN_GROUP = "kueue.x-k8s.io/retriable-in-group"  # "false": the group ends once none is active
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"  # Topology Aware Scheduling
+# a ProvisioningRequest's pods (kubernetes/autoscaler, autoscaling.x-k8s.io/v1 types.go)
+CONSUME_PROVISIONING_REQUEST = "autoscaling.x-k8s.io/consume-provisioning-request"
+PROVISIONING_CLASS_ANNOTATION = "autoscaling.x-k8s.io/provisioning-class-name"
+BEST_EFFORT_ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 DEFAULT_RESOURCE = "nvidia.com/gpu"
 DEFAULT_JOB_NAME = "distributetrain"
 DEFAULT_NAMESPACE = "default"
@@ -109,6 +126,19 @@ def chief_name(job: str) -> str:
     return f"{job}-chief"
 
 
+def pod_group_name(job: str, run_id: str, attempt: int) -> str:
+    """A Kueue pod group (and its Workload) per run and attempt: a group's members must all be of one try."""
+    return f"{job}-{run_id[:8]}-{attempt}"
+
+
+def provisioning_request_name(job: str, attempt: int) -> str:
+    return f"{job}-{attempt}"
+
+
+def pod_template_name(job: str, role: str, gpus: int) -> str:
+    return f"{job}-{role}-{gpus}gpu"
+
+
 def ssh_secret_name(job: str) -> str:
     return f"{job}-ssh"
 
@@ -169,6 +199,7 @@ ENV_NETWORK_INTERFACE = "DT_NETWORK_INTERFACE"
 ENV_SSH_TIMEOUT = "DT_SSH_TIMEOUT"   # chief: seconds (or 90s, 2m) to wait for every worker's sshd
 ENV_START_TIMEOUT = "DT_START_TIMEOUT"  # chief: horovodrun --start-timeout
 ENV_HOSTFILE = "DT_HOSTFILE"        # chief: default HOSTFILE_MOUNT_PATH/HOSTFILE_KEY
+ENV_HOSTFILE_WAIT = "DT_HOSTFILE_WAIT"  # chief of a gang made at once: seconds to wait for the hostfile
 ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it
 ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
 ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)

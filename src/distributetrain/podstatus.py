@@ -158,9 +158,20 @@ def why(pod: Pod) -> str:
 
 def describe(pod: Pod) -> str:
     """`pod NAME on node NODE: WHY` - which pod, where, why."""
-    where = node(pod) or planned_node(pod) or "no node"
+    where = node(pod) or planned_node(pod)
+    if not where:  # a pod the manager did not place (groupstart.py), not bound yet
+        return f"pod {name(pod)} on no node yet: {why(pod)}"
     label = "on node" if node(pod) else "planned for node"
     return f"pod {name(pod)} {label} {where}: {why(pod)}"
+
+
+def env(pod: Pod, name: str) -> str | None:
+    """The value of the environment variable `name` a container of the pod is given, None when none is."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for item in container.get("env") or []:
+            if item.get("name") == name:
+                return str(item.get("value", ""))
+    return None
 
 
 def expected_processes(chief: Pod) -> int | None:

@@ -9,9 +9,8 @@ from typing import Any
 
 from localcluster import Behavior, TestCluster
 
-from distributetrain import naming
 from distributetrain.kube.gateway import Kube
-from distributetrain.manager.cleanup import JOB_KINDS
+from distributetrain.manager.cleanup import find_job_objects
 from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
@@ -87,10 +86,5 @@ def orchestrator(cluster: TestCluster, job: JobSpec, *, owner: ManagerIdentity |
 
 def leftovers(cluster: TestCluster, job: str, namespace: str = "default") -> dict[str, list[str]]:
     """Every object still carrying the job's labels, by kind (read as admin)."""
-    kube = Kube(cluster.api_client())
-    found = {}
-    for kind in JOB_KINDS:
-        items, _ = kube.list(kind, namespace, label_selector=naming.job_selector(job))
-        if items:
-            found[kind] = sorted(i["metadata"]["name"] for i in items)
-    return found
+    found = find_job_objects(Kube(cluster.api_client()), job=job, namespace=namespace)
+    return {kind: sorted(i["metadata"]["name"] for i in items) for kind, items in found.items() if items}

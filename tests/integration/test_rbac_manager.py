@@ -148,7 +148,7 @@ def test_rbac_and_manifests_validate_strictly(version: str) -> None:
     files = sorted((ROOT / "rbac").glob("*.yaml")) + sorted((ROOT / "manifests").glob("*.yaml"))
     assert [f.name for f in files] == [
         "DistributeTrain_AdmissionParams.yaml", "DistributeTrain_AdmissionPolicy.yaml",
-        "DistributeTrain_ClusterRole.yaml",
+        "DistributeTrain_Capacity.yaml", "DistributeTrain_ClusterRole.yaml",
         "DistributeTrain_ClusterRoleBinding.yaml", "DistributeTrain_ServiceAccount.yaml",
         "DistributeTrain_Manager.yaml", "DistributeTrain_ManagerDisruptionBudget.yaml",
         "DistributeTrain_Namespace.yaml", "DistributeTrain_PodTemplate.yaml",

@@ -29,7 +29,7 @@ from localcluster import wait_until as poll_until
 from distributetrain import naming
 from distributetrain.kube import gateway
 from distributetrain.kube.gateway import Kube
-from distributetrain.manager.cleanup import JOB_KINDS
+from distributetrain.manager.cleanup import find_job_objects
 from distributetrain.manager.orchestrator import Orchestrator
 from distributetrain.manager.pretraining import PreTraining
 from distributetrain.observe.joblog import Reporter
@@ -102,12 +102,8 @@ def kube_of(cluster: TestCluster) -> Kube:
 
 def leftovers(kube: Kube, job: str, namespace: str = "default") -> dict[str, list[str]]:
     """Every object still carrying the job's labels, by kind."""
-    found: dict[str, list[str]] = {}
-    for kind in JOB_KINDS:
-        items, _ = kube.list(kind, namespace, label_selector=naming.job_selector(job))
-        if items:
-            found[kind] = sorted(i["metadata"]["name"] for i in items)
-    return found
+    found = find_job_objects(kube, job=job, namespace=namespace)
+    return {kind: sorted(i["metadata"]["name"] for i in items) for kind, items in found.items() if items}
 
 
 def count(objects: dict[str, list[str]]) -> int:

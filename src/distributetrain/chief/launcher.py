@@ -5,6 +5,10 @@ key (ssh.py; names the worker that never answered, exit 73) -> put the chief's o
 first in the final hostfile, so rank 0 runs here and its log is the chief's log -> run horovodrun with
 the user's command, streaming its output -> exit with the training's exit code.
 
+A gang created at once (DT_HOSTFILE_WAIT: for a node pool's scale-up or a Kueue queue) starts its chief
+before its workers' addresses are known: the launcher first waits for the manager to write them into the
+hostfile (`wait_for_hostfile`).
+
 Elastic jobs (DT_MIN_PROCESSES): horovodrun runs Horovod elastic, its hosts from discovery.py's script over
 the hostfile the manager keeps current. Restart jobs (DT_RESTARTS): a training that failed because a worker
 was lost is relaunched once the manager replaced it (relaunch.py), resuming from its checkpoint.
@@ -25,8 +29,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +41,7 @@ from distributetrain import naming
 from distributetrain.chief import discovery, preflight, relaunch, ssh
 from distributetrain.chief.discovery import Elastic
 from distributetrain.chief.settings import Settings, parse_settings
-from distributetrain.errors import DistributeTrainError, InvalidInput, SshUnreachable
+from distributetrain.errors import DistributeTrainError, InvalidInput, ScheduleTimeout, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.naming import TRANSPORTS
 from distributetrain.observe import chieflog
@@ -165,6 +170,34 @@ def exit_code_for(horovodrun_code: int, failure: Failure | None) -> int:
     return horovodrun_code if horovodrun_code > 0 else 128 - horovodrun_code
 
 
+def wait_for_hostfile(settings: Settings, *, clock: Callable[[], float] = time.monotonic,
+                      sleep: Callable[[float], None] = time.sleep, every: float = 1.0) -> None:
+    """Until the hostfile and this pod hold every process of the job: the manager writes the workers once
+    they run, and the kubelet brings the mounted ConfigMap up to date within its sync period."""
+    if settings.hostfile_wait <= 0 or settings.num_processes is None:
+        return
+    until = clock() + settings.hostfile_wait
+    said = False
+    while True:
+        _, workers = relaunch.read(settings.hostfile)
+        held = settings.slots + sum(w.slots for w in workers)
+        if held >= settings.num_processes:
+            if said:
+                hosts = ", ".join(w.host for w in workers)
+                log.info("the hostfile lists %d worker(s): %s", len(workers), hosts)
+            return
+        if clock() >= until:
+            raise ScheduleTimeout(f"hostfile {settings.hostfile}: the workers' addresses were not written "
+                                  f"within {settings.hostfile_wait:g}s ({held} of {settings.num_processes} "
+                                  "processes listed); the manager writes them once every worker runs")
+        if not said:
+            log.info("waiting up to %.0fs for the manager to write the workers into %s: the gang was created "
+                     "at once, their addresses are known once they run", settings.hostfile_wait,
+                     settings.hostfile)
+            said = True
+        sleep(every)
+
+
 def _wait_for_workers(workers: Sequence[HostSlots], settings: Settings, user: str) -> None:
     """Every worker in parallel: the wait is bounded by ssh_timeout, not ssh_timeout times the workers."""
     attempts = max(1, int(settings.ssh_timeout // max(settings.ssh_delay, 0.001)) + 1)
@@ -247,6 +280,7 @@ def _stream(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, Failure |
 
 
 def run(settings: Settings, env: Mapping[str, str]) -> int:
+    wait_for_hostfile(settings)
     if not settings.hostfile.exists():
         log.warning("no hostfile at %s: training on this pod only", settings.hostfile)
     launched, workers = relaunch.read(settings.hostfile)

@@ -38,6 +38,8 @@ class Settings:
     preflight_timeout: float = 120.0
     preflight_sizes: str = "1M,16M,64M"
     recovery: relaunch.RecoverySettings = field(default_factory=relaunch.RecoverySettings)  # elastic, restart
+    # a gang made at once (the manager's groupstart.py): how long to wait for the workers in the hostfile
+    hostfile_wait: float = 0.0
 
 
 def parse_duration(value: str, *, name: str) -> float:
@@ -119,6 +121,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--preflight-timeout", default="120", help="the check's time limit, Horovod's start "
                         "included")
     parser.add_argument("--preflight-sizes", default="1M,16M,64M", help="the check's all-reduce sizes")
+    parser.add_argument("--hostfile-wait", default=env.get(naming.ENV_HOSTFILE_WAIT) or "0",
+                        help="wait this long for the manager to write the workers into the hostfile (a gang "
+                             "created at once); 0: it is complete when the chief starts")
     relaunch.add_arguments(parser, env)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
@@ -144,4 +149,5 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         preflight=bool(args.preflight or args.min_busbw is not None), min_busbw=args.min_busbw,
         preflight_timeout=parse_duration(args.preflight_timeout, name="pre-flight timeout"),
         preflight_sizes=args.preflight_sizes, recovery=relaunch.settings_from(args),
+        hostfile_wait=parse_duration(args.hostfile_wait, name="hostfile wait"),
     )

@@ -227,6 +227,15 @@ class Kube:
                 log.info("list %s: continue token expired; listing again", kind)
         raise AssertionError("unreachable")
 
+    def serves(self, kind: str) -> bool:
+        """Whether the cluster serves the API of `kind` (its group-version's discovery document): for the
+        APIs of other systems (Kueue, ProvisioningRequests, Karpenter), which a cluster may not have."""
+        try:
+            self.send(requests.discovery_request(kind)).drain_conn()
+        except NotFound:
+            return False
+        return True
+
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:

@@ -40,13 +40,19 @@ RESOURCES: dict[str, Resource] = {
     "limitranges": Resource("/api/v1", "limitranges"),
     "resourcequotas": Resource("/api/v1", "resourcequotas"),
     "namespaces": Resource("/api/v1", "namespaces", namespaced=False),
-    "podtemplates": Resource("/api/v1", "podtemplates"),
     "nodes": Resource("/api/v1", "nodes", namespaced=False),
+    # capacity the manager does not place itself (manager/capacity.py): served where those systems run
+    "podtemplates": Resource("/api/v1", "podtemplates"),
+    "provisioningrequests": Resource("/apis/autoscaling.x-k8s.io/v1", "provisioningrequests"),
+    "localqueues": Resource("/apis/kueue.x-k8s.io/v1beta1", "localqueues"),
+    "workloads": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
+    "karpenter-nodepools": Resource("/apis/karpenter.sh/v1", "nodepools", namespaced=False),
 }
 # an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
                     "NetworkPolicy": "networkpolicies", "PodDisruptionBudget": "poddisruptionbudgets",
-                    "Event": "events"}
+                    "Event": "events", "PodTemplate": "podtemplates",
+                    "ProvisioningRequest": "provisioningrequests"}
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -102,6 +108,13 @@ def list_request(resource: str, namespace: str | None = None, *, limit: int,
         labelSelector=label_selector or None, fieldSelector=field_selector or None, limit=limit,
         resourceVersion=None if continue_token else resource_version,
         **{"continue": continue_token or None}))
+
+
+def discovery_request(resource: str) -> Request:
+    """The discovery document of the group-version `resource` lives in (`/apis/GROUP/VERSION`): answered to
+    every authenticated user (system:discovery), 404 when the cluster does not serve that API."""
+    api = RESOURCES[resource].api
+    return Request("get", "GET", api, f"discover {api}")
 
 
 def get_request(resource: str, namespace: str | None, name: str) -> Request:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from distributetrain import naming
-from distributetrain.errors import ApiUnreachable, DistributeTrainError, Interrupted
+from distributetrain.errors import ApiUnreachable, DistributeTrainError, Forbidden, Interrupted, NotFound
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager import signals
@@ -27,8 +27,12 @@ from distributetrain.observe.joblog import Reporter
 
 log = logging.getLogger(__name__)
 
-# What a job may own, in the order cleanup deletes them: pods first, so GPUs are released soonest.
-JOB_KINDS = ("pods", "poddisruptionbudgets", "networkpolicies", "configmaps", "secrets")
+# What a job may own, in the order cleanup deletes them: pods first, so GPUs are released soonest. The last
+# two only a scale-up through a ProvisioningRequest makes (capacity.py): where that API is not served, or the
+# manager may not read them (rbac/DistributeTrain_Capacity.yaml), the job has none.
+JOB_KINDS = ("pods", "poddisruptionbudgets", "networkpolicies", "configmaps", "secrets",
+             "provisioningrequests", "podtemplates")
+CAPACITY_KINDS = frozenset({"provisioningrequests", "podtemplates"})
 CLEANUP_WAIT = 90.0
 
 
@@ -45,6 +49,11 @@ def find_job_objects(kube: Kube, *, job: str, namespace: str) -> dict[str, list[
             ours = (labels.get(naming.MANAGED_BY_KEY) == naming.MANAGED_BY
                     and labels.get(naming.JOB_LABEL) == job)
             found[kind] = [secret] if secret is not None and ours else []
+        elif kind in CAPACITY_KINDS:
+            try:
+                found[kind] = kube.list(kind, namespace, label_selector=selector)[0]
+            except (NotFound, Forbidden):
+                found[kind] = []
         else:
             found[kind] = kube.list(kind, namespace, label_selector=selector)[0]
     return found

@@ -13,6 +13,7 @@ import base64
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -55,25 +56,32 @@ def _b64(data: bytes | str) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def owner_references(owner: ManagerIdentity | None, namespace: str) -> list[dict[str, Any]]:
+def owner_references(owner: ManagerIdentity | None, namespace: str, *, controller: bool = True
+                     ) -> list[dict[str, Any]]:
     """The manager's Job as owner when it runs under one (its next pod adopts the job; deleting the Job
     garbage-collects it), else the manager pod. Not the controller reference: the Job controller would release
     our pods from it, as pods its selector does not match. Only within the owner's own namespace: the garbage
-    collector treats a cross-namespace owner as absent and would delete the object at once."""
+    collector treats a cross-namespace owner as absent and would delete the object at once. Not the controller
+    either with `controller` False: Kueue leaves a pod whose controller is a Pod to that pod's own queueing
+    (pod_webhook.go, IsOwnerManagedByKueue), so a queued gang must have none."""
     if owner is None or (owner.namespace is not None and owner.namespace != namespace):
         return []
     if owner.durable:
         return [{"apiVersion": "batch/v1", "kind": "Job", "name": owner.job_name, "uid": owner.job_uid}]
-    return [{"apiVersion": "v1", "kind": "Pod", "name": owner.name, "uid": owner.uid, "controller": True}]
+    ref: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "name": owner.name, "uid": owner.uid}
+    if controller:
+        ref["controller"] = True
+    return [ref]
 
 
 def metadata(spec: JobSpec, name: str, role: str, owner: ManagerIdentity | None,
-             annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+             annotations: Mapping[str, str] | None = None, *, labels: Mapping[str, str] | None = None,
+             controller: bool = True) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": spec.namespace,
-                            "labels": naming.job_labels(spec.job_name, role)}
+                            "labels": {**(labels or {}), **naming.job_labels(spec.job_name, role)}}
     if annotations:
         meta["annotations"] = dict(annotations)
-    refs = owner_references(owner, spec.namespace)
+    refs = owner_references(owner, spec.namespace, controller=controller)
     if refs:
         meta["ownerReferences"] = refs
     return meta
@@ -133,13 +141,17 @@ def placeholder_hostfile(spec: JobSpec, workers: Iterable[tuple[str, int]], *,
 
 
 def hostfile_configmap(spec: JobSpec, workers: Iterable[hostfile.HostSlots], *,
-                       owner: ManagerIdentity | None, names: Mapping[str, str] | None = None
-                       ) -> dict[str, Any]:
+                       owner: ManagerIdentity | None, names: Mapping[str, str] | None = None,
+                       mutable: bool = False) -> dict[str, Any]:
     """The workers' `IP slots=N` lines, sorted; the launcher in the chief adds its own line. A job that
     survives lost workers (spec.recovery) also gets `names` (`IP POD`, from `names`: address -> pod), and its
-    ConfigMap is not immutable: the manager keeps it current (keeper.py)."""
+    ConfigMap is not immutable: the manager keeps it current (keeper.py). `mutable`: a gang made at once
+    (groupstart.py) gets it empty first and its lines once the workers run."""
     workers = list(workers)
-    return _hostfile_object(spec, hostfile.render(workers), hostnames_text(workers, names or {}), owner)
+    made = _hostfile_object(spec, hostfile.render(workers), hostnames_text(workers, names or {}), owner)
+    if mutable:
+        made["immutable"] = False
+    return made
 
 
 def hostnames_text(workers: Iterable[hostfile.HostSlots], names: Mapping[str, str]) -> str:
@@ -289,6 +301,38 @@ def _mounts_and_volumes(spec: JobSpec, *, with_hostfile: bool, read_only_claim: 
     return mounts, volumes
 
 
+@dataclass(frozen=True)
+class Gang:
+    """A gang created at once and placed by others than the manager (groupstart.py): by the scheduler on
+    nodes an autoscaler adds, or by Kueue, which admits its pods as one pod group. Its pods are not pinned,
+    and its chief waits up to `hostfile_wait` seconds for the hostfile the manager writes once the workers
+    run."""
+
+    pods: int                                    # workers and chief
+    hostfile_wait: float
+    queue: str | None = None                     # the Kueue LocalQueue
+    group: str | None = None                     # its pod group (and Workload) name
+    topology_key: str | None = None              # Kueue TAS: the job's topology request
+    provisioning: tuple[str, str] | None = None  # the ProvisioningRequest consumed, and its class
+
+    def labels(self) -> dict[str, str]:
+        if self.queue is None:
+            return {}
+        return {naming.KUEUE_QUEUE_LABEL: self.queue, naming.KUEUE_GROUP_LABEL: str(self.group)}
+
+    def annotations(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.queue is not None:
+            # Kueue never replaces a group's pods: the group ends once none is active, freeing its quota
+            out.update({naming.KUEUE_TOTAL_COUNT: str(self.pods), naming.KUEUE_RETRIABLE_IN_GROUP: "false"})
+            if self.topology_key:
+                out[naming.KUEUE_PREFERRED_TOPOLOGY] = self.topology_key
+        if self.provisioning is not None:
+            out.update({naming.CONSUME_PROVISIONING_REQUEST: self.provisioning[0],
+                        naming.PROVISIONING_CLASS_ANNOTATION: self.provisioning[1]})
+        return out
+
+
 def pinned_to(node: str) -> dict[str, Any]:
     """Required node affinity on the node's name (matchFields metadata.name, as the DaemonSet controller
     pins its pods): the pod goes there or nowhere. Not the hostname label, which may differ from the name."""
@@ -320,8 +364,8 @@ def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
 
 def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str, Any],
          volumes: list[dict[str, Any]], owner: ManagerIdentity | None,
-         annotations: Mapping[str, str] | None = None, policies: NamespacePolicies | None = None
-         ) -> dict[str, Any]:
+         annotations: Mapping[str, str] | None = None, policies: NamespacePolicies | None = None,
+         gang: Gang | None = None) -> dict[str, Any]:
     share = {spec.resource: str(entry.gpus)}
     container = {**container, "image": spec.image, "command": [naming.ENTRYPOINT_PATH],
                  "resources": {"requests": dict(share), "limits": dict(share)}}
@@ -329,12 +373,12 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
         container["imagePullPolicy"] = spec.image_pull_policy
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        # pinned to the planned node: the plan counted that node's free GPUs for this pod
-        "affinity": pinned_to(entry.node),
         "tolerations": [t.to_dict() for t in spec.all_tolerations()],
         "containers": [container],
         "volumes": volumes,
     }
+    if entry.node:  # pinned to the planned node: the plan counted that node's free GPUs for this pod
+        pod_spec["affinity"] = pinned_to(entry.node)
     if spec.node_selector:
         pod_spec["nodeSelector"] = spec.node_selector_dict
     if spec.service_account:
@@ -344,8 +388,11 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
     if spec.active_deadline is not None:
         # a safety net should the manager die without its ownerReference (laptop runs): the kubelet ends it
         pod_spec["activeDeadlineSeconds"] = max(1, math.ceil(spec.active_deadline))
+    marks = gang.annotations() if gang else {}
     owned = {"metadata": metadata(spec, name, role, owner,
-                                  {naming.GPUS_ANNOTATION: str(entry.gpus), **(annotations or {})}),
+                                  {naming.GPUS_ANNOTATION: str(entry.gpus), **marks, **(annotations or {})},
+                                  labels=gang.labels() if gang else None,
+                                  controller=gang is None or gang.queue is None),
              "spec": pod_spec}
     pod = podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
     # fitted to the namespace: limit = request where a LimitRange default or a limits.* quota would decide
@@ -360,9 +407,11 @@ def _common_env(spec: JobSpec) -> list[dict[str, Any]]:
 
 
 def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentity | None,
-               read_only_claim: bool = False, policies: NamespacePolicies | None = None) -> dict[str, Any]:
+               read_only_claim: bool = False, policies: NamespacePolicies | None = None,
+               gang: Gang | None = None) -> dict[str, Any]:
     """Worker `index`: sshd on the job's port, ready once the port accepts connections. `read_only_claim`:
-    the volume claim is ReadOnlyMany; `policies`: the namespace's, which the pod is shaped to."""
+    the volume claim is ReadOnlyMany; `policies`: the namespace's, which the pod is shaped to; `gang`: one of
+    a gang made at once (not on `entry.node`)."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=False, read_only_claim=read_only_claim)
     env = _common_env(spec)
     own = template_env_names(spec, naming.ROLE_WORKER)
@@ -374,24 +423,25 @@ def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentit
                  "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
                                     "timeoutSeconds": 1, "failureThreshold": 3}}
     return _pod(spec, naming.worker_name(spec.job_name, index), naming.ROLE_WORKER, entry, container, volumes,
-                owner, policies=policies)
+                owner, policies=policies, gang=gang)
 
 
 def gang(spec: JobSpec, workers: Sequence[Entry], chief: Entry, *, owner: ManagerIdentity | None,
-         read_only_claim: bool = False, policies: NamespacePolicies | None = None
-         ) -> list[tuple[str, dict[str, Any]]]:
+         read_only_claim: bool = False, policies: NamespacePolicies | None = None,
+         gang: Gang | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The pods a plan makes, as they would be created (shaped to the namespace), each named for messages
     ("worker 0 (5 GPUs)", "the chief (1 GPU)"): what a run creates, a dry run shows and `plan --namespace`
-    and the manager check against the namespace's policies (fit.check_namespace)."""
+    and the manager check against the namespace's policies (fit.check_namespace). `gang`: made at once, for
+    others to place (a Kueue pod group, a scale-up)."""
     def gpus(count: int) -> str:
         return f"{count} GPU" + ("" if count == 1 else "s")
 
     pods = [(f"worker {i} ({gpus(e.gpus)})",
              worker_pod(spec, index=i, entry=e, owner=owner, read_only_claim=read_only_claim,
-                        policies=policies)) for i, e in enumerate(workers)]
+                        policies=policies, gang=gang)) for i, e in enumerate(workers)]
     pods.append((f"the chief ({gpus(chief.gpus)})",
                  chief_pod(spec, entry=chief, owner=owner, read_only_claim=read_only_claim,
-                           policies=policies)))
+                           policies=policies, gang=gang)))
     return pods
 
 
@@ -408,7 +458,8 @@ def template_env_names(spec: JobSpec, role: str) -> tuple[str, ...]:
 
 
 def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
-              read_only_claim: bool = False, policies: NamespacePolicies | None = None) -> dict[str, Any]:
+              read_only_claim: bool = False, policies: NamespacePolicies | None = None,
+              gang: Gang | None = None) -> dict[str, Any]:
     """The chief: the launcher, which checks every worker's sshd, then runs horovodrun over all of them and
     itself, and exits with the training's exit code. `args` after `--` is the user's command."""
     mounts, volumes = _mounts_and_volumes(spec, with_hostfile=True, read_only_claim=read_only_claim)
@@ -427,11 +478,34 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
     if spec.min_busbw is not None:
         env.append({"name": naming.ENV_MIN_BUSBW, "value": f"{spec.min_busbw:g}"})
     env += _recovery_env(spec)
+    if gang is not None:  # it runs before its workers' addresses are known: the hostfile comes later
+        env.append({"name": naming.ENV_HOSTFILE_WAIT, "value": f"{gang.hostfile_wait:g}"})
     container = {"name": naming.CHIEF_CONTAINER, "args": [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command],
                  "env": env, "volumeMounts": mounts}
     annotations = {naming.RECOVERY_ANNOTATION: spec.recovery} if spec.recovery else None
     return _pod(spec, naming.chief_name(spec.job_name), naming.ROLE_CHIEF, entry, container, volumes, owner,
-                annotations, policies=policies)
+                annotations, policies=policies, gang=gang)
+
+
+def pod_template(spec: JobSpec, pod: Mapping[str, Any], *, gpus: int, owner: ManagerIdentity | None
+                 ) -> dict[str, Any]:
+    """The PodTemplate a ProvisioningRequest names for pods like `pod` (its spec, as the scheduler and the
+    autoscaler judge it)."""
+    role = str(pod["metadata"]["labels"][naming.ROLE_LABEL])
+    return {"apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": metadata(spec, naming.pod_template_name(spec.job_name, role, gpus),
+                                 naming.ROLE_CAPACITY, owner),
+            "template": {"metadata": {"labels": naming.job_labels(spec.job_name, role)},
+                         "spec": dict(pod["spec"])}}
+
+
+def provisioning_request(spec: JobSpec, *, name: str, cls: str, templates: Sequence[tuple[str, int]],
+                         owner: ManagerIdentity | None) -> dict[str, Any]:
+    """A ProvisioningRequest (autoscaling.x-k8s.io/v1) for the gang: `templates` (PodTemplate name, count)."""
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": metadata(spec, name, naming.ROLE_CAPACITY, owner),
+            "spec": {"provisioningClassName": cls,
+                     "podSets": [{"podTemplateRef": {"name": t}, "count": n} for t, n in templates]}}
 
 
 def _recovery_env(spec: JobSpec) -> list[dict[str, Any]]:

@@ -30,16 +30,18 @@ class NameTaken(ApiError):
 
 
 def survey(kube: Kube, spec: JobSpec, *, demands: Sequence[PodDemand],
-           owner: ManagerIdentity | None) -> tuple[NodeGpus, ...]:
+           owner: ManagerIdentity | None, resource_known: bool = True) -> tuple[NodeGpus, ...]:
     """The live cluster's nodes as fit rows for `spec`'s pods (one list of nodes, one of the pods that may
-    hold resources). Refused here, before anything is created (exit 2): a resource no node advertises, and a
-    pod network without IPv4 (Horovod is IPv4-only)."""
+    hold resources). Refused here, before anything is created (exit 2): a resource no node advertises (unless
+    not `resource_known`: a pool of such nodes may scale from zero), and a pod network without IPv4 (Horovod
+    is IPv4-only)."""
     nodes, pods = gateway.list_nodes_and_pods(kube=kube)
     why = checks.ipv6_only(manager_ips=owner.pod_ips if owner else (), nodes=nodes)
     if why:
         raise InvalidInput(checks.ipv6_message(why))
     with gateway.gc_paused():
-        rows = fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus)
+        rows = fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus,
+                          resource_known=resource_known)
     del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
     return rows
 

@@ -7,6 +7,9 @@ last, watched until it runs.
 A job of the same name found in the cluster is adopted when its chief still runs with its whole gang (a
 restarted manager), refused when another live manager owns it, and otherwise deleted before starting afresh.
 `PreTraining.run` does no cleanup of its own on failure: its callers run it under cleanup.guard.
+
+Its other mode is a gang the manager does not place (capacity.py decides, groupstart.py runs it): for a Kueue
+queue, or for a node pool that scales up when the free GPUs do not cover the request.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from distributetrain.errors import (
 from distributetrain.hostfile import HostSlots
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
-from distributetrain.manager import cleanup, manifests, placing, sshkeys
+from distributetrain.manager import capacity, cleanup, groupstart, manifests, placing, sshkeys
 from distributetrain.manager.startup import Outcome, StartWatch
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, planner
+from distributetrain.placement.inventory import NodeGpus
 from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
@@ -89,7 +93,7 @@ class PreTraining:
         adopted = self._adopt_or_clean()
         if adopted is not None:
             return adopted
-        plan = self.plan(attempt=0)
+        plan, gang = self._plan_or_gang()
         keys = sshkeys.generate(f"{spec.job_name}@distributetrain")
         self.touched = True
         secret = self._create(manifests.ssh_secret(spec, keys, owner=self.owner))["metadata"]["name"]
@@ -98,11 +102,16 @@ class PreTraining:
             policy = self._create(manifests.network_policy(spec, owner=self.owner))["metadata"]["name"]
             made += f" and NetworkPolicy {policy}"
         if spec.disruption_budget:
-            budget = self._create(manifests.disruption_budget(spec, pods=len(plan.allocation),
+            shape = gang.plan if gang is not None else plan
+            assert shape is not None
+            budget = self._create(manifests.disruption_budget(spec, pods=len(shape.allocation),
                                                               owner=self.owner))["metadata"]["name"]
             made += (f"; PodDisruptionBudget {budget} (no voluntary eviction of the job's pods: a drain of "
                      "their nodes waits until the job ends)")
         self.reporter.say(f"created {made}")
+        if gang is not None:
+            return self._run_gang(gang)
+        assert plan is not None
         timings: dict[str, float] = {}
         attempt = 0
         while True:
@@ -174,6 +183,42 @@ class PreTraining:
         chief_name = created[-1]
         return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
                         chief=chief_name, attempts=attempt + 1, timings=timings)
+
+    def _plan_or_gang(self) -> tuple[planner.Plan | None, capacity.GangPlan | None]:
+        """The default flow's plan; or, for a Kueue queue or a node pool that scales up (capacity.py), a
+        gang made at once for others to place."""
+        chooser = capacity.Chooser(self.kube, self.spec, self.reporter, survey=self._unplaced_rows)
+        queue = chooser.queue()
+        if queue is not None:
+            if self.spec.volume_claim and self.claim is None:
+                self.claim = self._read_claim(self.spec.volume_claim)
+            self.policies = placing.namespace_policies(self.kube, self.spec.namespace)
+            for line in self.policies.describe():
+                self.reporter.say(f"namespace {self.spec.namespace}: {line}")
+            return None, self._fits(chooser.for_queue(queue))
+        try:
+            return self.plan(attempt=0), None
+        except (CannotPlace, fit.UnknownResource) as refused:
+            return None, self._fits(chooser.for_scale_up(refused))
+
+    def _fits(self, gang: capacity.GangPlan) -> capacity.GangPlan:
+        """A gang made at once is shaped to the namespace as the default flow's is, and refused before
+        anything is created where the namespace's LimitRanges, Pod Security or quotas never admit it."""
+        if self.policies is None:
+            self.policies = placing.namespace_policies(self.kube, self.spec.namespace)
+        fit.check_namespace(self.gang(gang.plan), self.policies, network_policy=self.spec.network_policy)
+        return gang
+
+    def _unplaced_rows(self) -> tuple[NodeGpus, ...]:
+        """The inventory for a gang's shape: a GPU resource no node has yet is not a typo there."""
+        return placing.survey(self.kube, self.spec, demands=self.demands, owner=self.owner,
+                              resource_known=False)
+
+    def _run_gang(self, gang: capacity.GangPlan) -> StartedJob:
+        started = groupstart.GroupStart(self, gang, chief_started=_started).run()
+        return StartedJob(job=self.spec.job_name, namespace=self.spec.namespace, plan=gang.plan,
+                          workers=started.workers, chief=started.chief, attempts=started.attempts,
+                          timings=started.timings)
 
     @property
     def read_only_claim(self) -> bool:
@@ -311,7 +356,11 @@ class PreTraining:
         held = sum(podstatus.gpus(p) for p in live)
         whole = chief is not None and held == podstatus.expected_processes(chief)
         ours = chief is not None and self._owned_by_my_job(chief)
-        if chief is not None and (ours or (chief in live and whole)):
+        # a gang made at once (groupstart.py) whose hostfile is still empty never got going: start afresh
+        unstarted = any(c.get("immutable") is False and not (c.get("data") or {}).get(naming.HOSTFILE_KEY)
+                        for c in found["configmaps"]) and chief is not None and podstatus.env(
+            chief, naming.ENV_HOSTFILE_WAIT) is not None
+        if chief is not None and (ours or (chief in live and whole)) and not unstarted:
             workers = tuple(sorted(n for n, p in pods.items() if podstatus.role(p) == naming.ROLE_WORKER))
             state = "running" if chief in live else f"ended ({podstatus.describe(chief)})"
             since = f"an earlier pod of Job {self.owner.job_name}" if ours and self.owner else \

@@ -66,6 +66,8 @@ class StartWatch:
     schedule_timeout: float
     start_timeout: float
     deadline: float | None = None  # the job's active deadline, which no wait outlives
+    # what unbound pods wait for, for the progress line (a node-pool scale-up, a Kueue admission)
+    unbound_hint: Callable[[Mapping[str, Pod]], str] | None = None
     bound_at: dict[str, float] = field(default_factory=dict)
     pull_failing_since: dict[str, float] = field(default_factory=dict)
     said_at: float | None = None
@@ -136,10 +138,11 @@ class StartWatch:
         if not waiting_for:
             return None
         bound = sum(1 for n in self.names if n in self.bound_at)
+        hint = self.unbound_hint(pods) if self.unbound_hint is not None and bound < len(self.names) else ""
         starting = [f"{n} on {podstatus.node(pods[n])} for {now - self.bound_at[n]:.0f}s"
                     f"{' (' + ', '.join(r for _, r, _ in waiting(pods[n])) + ')' if waiting(pods[n]) else ''}"
                     for n in waiting_for if n in self.bound_at]
-        line = f"{bound} of {len(self.names)} pod(s) bound to their nodes"
+        line = f"{bound} of {len(self.names)} pod(s) bound to their nodes" + (f", {hint}" if hint else "")
         if starting:
             line += f"; starting (image pull, container start; --start-timeout {self.start_timeout:g}s): " + \
                 ", ".join(starting)

@@ -20,6 +20,11 @@ from distributetrain.placement.namespacefit import NamespacePolicies
 EXCLUDED_SHOWN = 10  # nodes listed by name in a refusal; the rest are counted
 
 
+class UnknownResource(InvalidInput):
+    """No node advertises the GPU resource: a typo (exit 2), unless its nodes are yet to come from a pool
+    that scales from zero (manager/capacity.py)."""
+
+
 def check_resource_known(nodes: Iterable[Mapping[str, Any]], resource: str) -> None:
     """A resource no node advertises is a typo (exit 2), not a shortage (exit 3)."""
     known: set[str] = set()
@@ -29,15 +34,18 @@ def check_resource_known(nodes: Iterable[Mapping[str, Any]], resource: str) -> N
             return
         known.update(k for k in allocatable if "/" in k)
     listed = ", ".join(sorted(known)) or "none"
-    raise InvalidInput(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
+    raise UnknownResource(f"resource: no node advertises {resource!r} (extended resources in this cluster: "
                        f"{listed}); pass --resource with one of them; nothing was created")
 
 
 def survey(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, resource: str,
-           demands: Sequence[PodDemand] | None, job_gpus: int) -> tuple[NodeGpus, ...]:
+           demands: Sequence[PodDemand] | None, job_gpus: int, resource_known: bool = True
+           ) -> tuple[NodeGpus, ...]:
     """Per node: free GPUs and whether (and how many of them) a job pod can use. `demands`: what each of the
-    job's pod roles asks of a node besides GPUs (manifests.pod_demand); None for GPUs only."""
-    check_resource_known(nodes, resource)
+    job's pod roles asks of a node besides GPUs (manifests.pod_demand); None for GPUs only. With
+    `resource_known`, a resource no node advertises is refused (UnknownResource)."""
+    if resource_known:
+        check_resource_known(nodes, resource)
     return inventory.inventory(nodes, pods, resource=resource, demands=demands, job_gpus=job_gpus)
 
 

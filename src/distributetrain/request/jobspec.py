@@ -202,6 +202,43 @@ class JobSpec:
         help="When the GPUs are not free, wait this long for room (creating nothing).",
         doc="When the request does not fit the free GPUs, wait up to this long for room (creating nothing "
             "while waiting) instead of failing at once."))
+    scale_up: str = field(default=naming.SCALE_UP_AUTO, metadata=describe(
+        choices=naming.SCALE_UP_MODES,
+        help="When the free GPUs do not cover the request: create the gang as pending pods for the node-pool "
+             "autoscaler (on), only where the cluster says it autoscales (auto), or fail (off, exit 3).",
+        doc="What happens when the request does not fit the free GPUs (after --wait-for-gpus): `on` creates "
+            "the whole gang as pending pods shaped for the GPU pool (gpus_per_node each, not pinned to any "
+            "node) for cluster-autoscaler or Karpenter to add nodes for, within schedule_timeout; `auto` "
+            "does so where the cluster says it autoscales (its kube-system/cluster-autoscaler-status "
+            "ConfigMap or Karpenter NodePools); `off` fails at once (exit 3). Where a ProvisioningRequest "
+            "API is served, the scale-up is all-or-nothing (provisioning_class). docs/real-cluster.md, "
+            "autoscaled pools."))
+    gpus_per_node: int | None = field(default=None, metadata=describe(
+        parse_gpus, "N",
+        help="GPUs of one node of the pool: each pod's share when the gang is created for a scale-up or a "
+             "Kueue queue (default: the most any eligible node has).",
+        doc="The GPUs of one node of the pool the gang goes to when it is not placed on free GPUs by the "
+            "manager (scale-up and Kueue): every pod asks for this many, the last one for the rest. None: "
+            "the most GPUs any eligible node has (busy or not), else what a Karpenter NodePool's "
+            "instance-gpu-count requirement says; with neither, it must be given."))
+    provisioning_class: str = field(default=naming.PROVISIONING_AUTO, metadata=describe(
+        parse_subdomain_name, "CLASS",
+        help="Scale-up through a ProvisioningRequest of this class (auto: best-effort-atomic-scale-up when "
+             "the API is served; none: pending pods only).",
+        doc="How a scale-up asks for nodes: `auto` creates a ProvisioningRequest "
+            "(autoscaling.x-k8s.io/v1) of class best-effort-atomic-scale-up.autoscaling.x-k8s.io when the "
+            "cluster serves that API - all the gang's nodes or none - and plain pending pods otherwise; "
+            "`none` always pending pods; any other value is the class to ask for (check-capacity."
+            "autoscaling.x-k8s.io, or a cloud's own such as queued-provisioning.gke.io)."))
+    queue: str | None = field(default=None, metadata=describe(
+        parse_subdomain_name, "NAME",
+        help="The Kueue LocalQueue the whole gang waits in and is admitted from as one pod group (default: "
+             "the namespace's LocalQueue `default` if there is one; none: never queued).",
+        doc="Kueue: the LocalQueue of the job's namespace the gang is queued in. Workers and chief are "
+            "created at once as one pod group, not placed by the manager; Kueue admits them together against "
+            "its ClusterQueue's quota and the scheduler places them; the chief gets the hostfile once they "
+            "run. None: the namespace's LocalQueue named `default` when Kueue serves one, else no queue; "
+            "`none`: no queue even then. docs/real-cluster.md, Kueue."))
     keep_chief: bool = field(default=True, metadata=describe(
         parse_bool, help="Keep the ended chief pod for its log.",
         doc="Keep the ended chief pod so its log survives."))
@@ -421,6 +458,10 @@ def _cross_checks(spec: JobSpec, *, sources: Mapping[str, str]) -> list[str]:
                         "MIG device, and NCCL, which the base image's Horovod reduces GPU tensors with, "
                         "cannot use MIG (NVIDIA/nccl#1716); ask for whole GPUs (nvidia.com/gpu), or --gpus 1")
     problems += _recovery_checks(spec)
+    if spec.queue not in (None, naming.QUEUE_NONE) and spec.recovery:
+        problems.append(f"queue ({spec.queue}): a Kueue pod group is admitted whole and Kueue does not "
+                        "replace its pods; --min-gpus and --restarts are for jobs outside a queue (--queue "
+                        "none)")
     for role in (naming.ROLE_WORKER, naming.ROLE_CHIEF):
         if not spec.cpu_per_gpu and not spec.memory_per_gpu and not podtemplate.names_resources(
                 spec.template_for(role), "cpu", "memory"):

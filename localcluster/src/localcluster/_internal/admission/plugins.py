@@ -2,16 +2,19 @@
 mutating plugin runs before the object is validated, every validating one after (the generic registry's
 create: admission.Admit, then the strategy's Validate, then admission.Validate):
 
-    mutate:   LimitRanger (defaults)  ->  the hooks (doubles: OpenShift's SCC)
+    mutate:   LimitRanger (defaults)  ->  the hooks (doubles: OpenShift's SCC, Kueue's pod webhook)
     validate: LimitRanger (min/max)  ->  ServiceAccount  ->  Priority  ->  the hooks  ->  PodSecurity
               ->  ValidatingAdmissionPolicy  ->  ResourceQuota
 
 then, for a pod, what the pod strategy sets on create (status.qosClass, from the requests and limits the
-plugins have left). So a LimitRange's default cpu limit of 1 lands on a pod that requests 10 cpu before
-validation refuses it ("must be less than or equal to cpu limit of 1"), as on a real server. Refusals raise
-the real 403 (or 422 for bad Pod Security labels and by a policy's reason); `create`, `update` and `delete`
-return the warnings for the answer's `Warning` headers. The rules are the pure modules' (limitranges,
-podsecurity, policies, quota, qos); this module only reads the store around them.
+plugins have left; a gated pod's SchedulingGated condition, schedulinggates.py). So a LimitRange's default
+cpu limit of 1 lands on a pod that requests 10 cpu before validation refuses it ("must be less than or equal
+to cpu limit of 1"), as on a real server. The hooks are models of other systems' admission webhooks and
+plugins (doubles/: OpenShift's SCC, Kueue's pod webhook); they change a pod in the mutating phase, after the
+built-in defaults as a webhook does, and judge it in the validating one. Refusals raise the real 403 (or 422
+for bad Pod Security labels and by a policy's reason); `create`, `update` and `delete` return the warnings for
+the answer's `Warning` headers. The rules are the pure modules' (limitranges, podsecurity, policies, quota,
+qos, schedulinggates); this module only reads the store around them.
 """
 
 from __future__ import annotations
@@ -20,13 +23,20 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from localcluster._internal.admission import limitranges, podsecurity, policies, priority, quota
+from localcluster._internal.admission import (
+    limitranges,
+    podsecurity,
+    policies,
+    priority,
+    quota,
+    schedulinggates,
+)
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.apimachinery.fielderrors import status_invalid
 from localcluster._internal.auth.identity import UserInfo
 from localcluster._internal.podspec.qos import qos_class
 from localcluster._internal.storage.registry import BY_KIND, Resource
-from localcluster._internal.storage.store import Store
+from localcluster._internal.storage.store import Store, now_iso
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("localcluster.audit")  # Pod Security's audit mode: there is no audit log here
@@ -100,6 +110,7 @@ class AdmissionPlugins:
             self._admit_quota(r, obj)
         if r.key == "pods":
             obj.setdefault("status", {})["qosClass"] = qos_class(obj)
+            schedulinggates.apply_on_create(obj, now=now_iso())
         return warnings
 
     def _admit_pod(self, pod: Obj, user: UserInfo) -> list[str]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from localcluster._internal.admission import disruptionbudgets, jobs, priority, validation
+from localcluster._internal.admission import disruptionbudgets, jobs, priority, schedulinggates, validation
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.auth import escalation, rbac
 from localcluster._internal.auth.identity import UserInfo
@@ -24,8 +23,9 @@ def _raise(r: Resource, name: str, causes: list[validation.Cause]) -> None:
     raise st.ApiStatus(422, "Invalid", body["message"], details=body["details"])
 
 
-def _mutable_pod_view(spec: Obj) -> Obj:
-    view = copy.deepcopy(spec)
+def _mutable_pod_view(spec: Obj, old: Obj) -> Obj:
+    # gates may be removed, and a gated pod's placement narrowed: schedulinggates.update_causes judges those
+    view = schedulinggates.without_scheduling_directives(old, spec)
     for key in ("containers", "initContainers"):
         for container in view.get(key) or []:
             if isinstance(container, dict):
@@ -53,6 +53,8 @@ def validate(r: Resource, obj: Obj, current: Obj | None) -> None:
         raise st.bad_request(message)
     name = str(obj.get("metadata", {}).get("name") or obj.get("metadata", {}).get("generateName") or "")
     causes = validation.validate(r.plural, obj) + _workload_causes(r, obj, current)
+    if r.key == "pods" and current is None:
+        causes += schedulinggates.create_causes(obj.get("spec") or {})
     if causes:
         _raise(r, name, causes)
     if current is None:
@@ -62,7 +64,10 @@ def validate(r: Resource, obj: Obj, current: Obj | None) -> None:
         if old.get("nodeName") and new.get("nodeName") != old.get("nodeName"):
             _raise(r, name, [validation.Cause("spec.nodeName", validation.FORBIDDEN,
                                               "Forbidden: " + _POD_SPEC_FORBIDDEN)])
-        old_view, new_view = _mutable_pod_view(old), _mutable_pod_view(new)
+        gate_causes = schedulinggates.update_causes(old, new)
+        if gate_causes:
+            _raise(r, name, gate_causes)
+        old_view, new_view = _mutable_pod_view(old, old), _mutable_pod_view(new, old)
         old_view.pop("nodeName", None)
         new_view.pop("nodeName", None)
         if old_view != new_view:

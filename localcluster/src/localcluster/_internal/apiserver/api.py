@@ -61,8 +61,10 @@ CONNECT_SUBRESOURCES = ("exec", "attach", "portforward")
 class ApiServer:
     def __init__(self, *, store: Store, access: Access, controllers: Controllers, subresources: Subresources,
                  faults: Faults, server_address: str, bookmark_interval: float = 5.0,
-                 gate: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None) -> None:
+                 gate: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None,
+                 served: frozenset[str] = frozenset()) -> None:
         self.store = store
+        self.served = served  # the doubles whose kinds this cluster serves (storage/registry.py)
         self.access = access
         self.controllers = controllers
         self.subresources = subresources
@@ -106,9 +108,10 @@ class ApiServer:
         user = self.access.authenticate(request.headers)
         user = self.access.impersonate(user, request.headers)
         query = dict(request.query)
-        target = parse_target(path)
+        target = parse_target(path, self.served)
         if target is None:
-            return non_resource(request, user, access=self.access, server_address=self.server_address)
+            return non_resource(request, user, access=self.access, server_address=self.server_address,
+                                served=self.served)
         _check_accept(request.headers.get("Accept", ""))
         verb = verb_of(request.method, target, query)
         # a Namespace's own path names its namespace (RequestInfoFactory): a Role there may grant `get` on it

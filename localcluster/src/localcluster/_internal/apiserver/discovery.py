@@ -3,6 +3,8 @@ and the path list. Resource paths are the API server's (api.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from aiohttp import web
 
 from localcluster._internal.apimachinery import status as st
@@ -18,8 +20,8 @@ SERVER_VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-localclust
 _AGGREGATED = "as=APIGroupDiscoveryList"
 
 
-def non_resource(request: web.Request, user: UserInfo, *, access: Access,
-                 server_address: str) -> web.Response:
+def non_resource(request: web.Request, user: UserInfo, *, access: Access, server_address: str,
+                 served: Collection[str] = ()) -> web.Response:
     path = request.path.rstrip("/") or "/"
     if request.method not in ("GET", "HEAD"):
         raise st.no_such_path() if not path.startswith(("/api", "/apis")) else st.method_not_allowed()
@@ -27,26 +29,26 @@ def non_resource(request: web.Request, user: UserInfo, *, access: Access,
     aggregated = _AGGREGATED in request.headers.get("Accept", "")
     if path == "/api":
         if aggregated:
-            return aggregated_response(registry.aggregated_discovery(legacy=True))
+            return aggregated_response(registry.aggregated_discovery(legacy=True, served=served))
         return json_response(registry.api_versions(server_address))
     if path == "/apis":
         if aggregated:
-            return aggregated_response(registry.aggregated_discovery(legacy=False))
-        return json_response(registry.api_group_list())
+            return aggregated_response(registry.aggregated_discovery(legacy=False, served=served))
+        return json_response(registry.api_group_list(served))
     if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
-        doc = openapi.lookup(path)
+        doc = openapi.lookup(path, served)
         if doc is None:
             raise st.no_such_path()
         return json_response(doc)
     parts = path.strip("/").split("/")
     if parts[0] == "api" and len(parts) == 2 and parts[1] == "v1":
-        return json_response(registry.resource_list("", "v1"))
-    if parts[0] == "apis" and len(parts) == 2 and parts[1] in registry.GROUP_VERSIONS:
+        return json_response(registry.resource_list("", "v1", served))
+    if parts[0] == "apis" and len(parts) == 2 and parts[1] in registry.group_versions(served):
         return json_response(registry.api_group(parts[1]))
-    if parts[0] == "apis" and len(parts) == 3 and registry.group_known(parts[1], parts[2]):
-        return json_response(registry.resource_list(parts[1], parts[2]))
+    if parts[0] == "apis" and len(parts) == 3 and registry.group_known(parts[1], parts[2], served):
+        return json_response(registry.resource_list(parts[1], parts[2], served))
     if path in ("/", "/paths"):
         return json_response({"paths": ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz",
                                         "/version", *sorted(f"/apis/{g}/{v}" for g, v in
-                                                            registry.GROUP_VERSIONS.items() if g)]})
+                                                            registry.group_versions(served).items() if g)]})
     raise st.no_such_path()

@@ -7,11 +7,12 @@ the schema lookups succeeding (lists then merge by replacement, which the server
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Any
 
 import orjson
 
-from localcluster._internal.storage.registry import GROUP_VERSIONS, RESOURCES
+from localcluster._internal.storage.registry import GROUP_VERSIONS, RESOURCES, group_versions, visible
 
 Obj = dict[str, Any]
 _PARAM = {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True},
@@ -28,12 +29,12 @@ def _schema_name(group: str, version: str, kind: str) -> str:
     return f"{prefix}.{version}.{kind}"
 
 
-def group_version_doc(group: str) -> Obj:
+def group_version_doc(group: str, served: Collection[str] = ()) -> Obj:
     version = GROUP_VERSIONS[group]
     paths: dict[str, Obj] = {}
     schemas: dict[str, Obj] = {}
     for r in RESOURCES:
-        if r.group != group or not r.stored:
+        if r.group != group or not r.stored or not visible(r, served):
             continue
         gvk = {"group": group, "version": version, "kind": r.kind}
         base = "/" + _gv_path(group)
@@ -52,21 +53,21 @@ def group_version_doc(group: str) -> Obj:
             "components": {"schemas": schemas}}
 
 
-def _hash(group: str) -> str:
-    return hashlib.sha256(orjson.dumps(group_version_doc(group))).hexdigest()[:16].upper()
+def _hash(group: str, served: Collection[str]) -> str:
+    return hashlib.sha256(orjson.dumps(group_version_doc(group, served))).hexdigest()[:16].upper()
 
 
-def root_doc() -> Obj:
-    return {"paths": {_gv_path(g): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g)}?hash={_hash(g)}"}
-                      for g in GROUP_VERSIONS}}
+def root_doc(served: Collection[str] = ()) -> Obj:
+    return {"paths": {_gv_path(g): {"serverRelativeURL": f"/openapi/v3/{_gv_path(g)}?hash={_hash(g, served)}"}
+                      for g in group_versions(served)}}
 
 
-def lookup(path: str) -> Obj | None:
+def lookup(path: str, served: Collection[str] = ()) -> Obj | None:
     """The document for /openapi/v3[/GV]; None for anything else."""
     rest = path[len("/openapi/v3"):].strip("/")
     if not rest:
-        return root_doc()
-    for group in GROUP_VERSIONS:
+        return root_doc(served)
+    for group in group_versions(served):
         if rest == _gv_path(group):
-            return group_version_doc(group)
+            return group_version_doc(group, served)
     return None

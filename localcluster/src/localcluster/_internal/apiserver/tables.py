@@ -70,6 +70,10 @@ def pod_status_text(pod: Obj) -> str:
             term = state["terminated"]
             reason = term.get("reason") or (f"Signal:{term['signal']}" if term.get("signal") else
                                             f"ExitCode:{term.get('exitCode', 0)}")
+    # printPod: a pod whose PodScheduled condition says SchedulingGated shows that (k8s printers.go, 1.27+)
+    if any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated"
+           for c in status.get("conditions") or []):
+        reason = "SchedulingGated"
     if pod.get("metadata", {}).get("deletionTimestamp"):
         reason = "Unknown" if status.get("reason") == "NodeLost" else "Terminating"
     return str(reason)
@@ -196,6 +200,24 @@ def _budget(pdb: Obj) -> list[Any]:
             int((pdb.get("status") or {}).get("disruptionsAllowed") or 0), age(pdb)]
 
 
+def _condition_status(obj: Obj, kind: str) -> str:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c.get("type") == kind), None)
+    return str(found.get("status", "")) if found else ""
+
+
+def _workload(wl: Obj) -> list[Any]:
+    """Kueue's Workload printer columns (config/components/crd, kueue v0.10)."""
+    admission = (wl.get("status") or {}).get("admission") or {}
+    return [(wl.get("spec") or {}).get("queueName", ""), admission.get("clusterQueue", ""),
+            _condition_status(wl, "Admitted"), _condition_status(wl, "Finished"), age(wl)]
+
+
+def _queue_counts(queue: Obj) -> list[Any]:
+    status = queue.get("status") or {}
+    return [status.get("pendingWorkloads", 0), status.get("admittedWorkloads", 0)]
+
+
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
     "jobs": ([("Status", "string", 0), ("Completions", "string", 0), ("Duration", "string", 0),
               ("Age", "string", 0), ("Containers", "string", 1), ("Images", "string", 1),
@@ -206,6 +228,14 @@ _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
                          ("PreemptionPolicy", "string", 0)],
                         lambda o: [int(o.get("value") or 0), bool(o.get("globalDefault")), age(o),
                                    o.get("preemptionPolicy") or ""]),
+    "workloads": ([("Queue", "string", 0), ("Reserved in", "string", 0), ("Admitted", "string", 0),
+                   ("Finished", "string", 0), ("Age", "string", 0)], _workload),
+    "localqueues": ([("ClusterQueue", "string", 0), ("Pending Workloads", "integer", 0),
+                     ("Admitted Workloads", "integer", 0)],
+                    lambda q: [(q.get("spec") or {}).get("clusterQueue", ""), *_queue_counts(q)]),
+    "clusterqueues": ([("Cohort", "string", 0), ("Pending Workloads", "integer", 0),
+                       ("Admitted Workloads", "integer", 1)],
+                      lambda q: [(q.get("spec") or {}).get("cohort", ""), *_queue_counts(q)]),
     "resourcequotas": ([("Age", "string", 0), ("Request", "string", 0), ("Limit", "string", 0)], _quota),
     "limitranges": ([("Created At", "date", 0)],
                     lambda o: [(o.get("metadata") or {}).get("creationTimestamp", "")]),

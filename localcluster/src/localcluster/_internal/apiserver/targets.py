@@ -4,6 +4,7 @@ parses `/api/v1/namespaces/NS/pods/NAME/log` and `/apis/GROUP/VERSION/...`), the
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,9 @@ class Target:
     watch_path: bool  # the legacy /api/v1/watch/... form
 
 
-def parse_target(path: str) -> Target | None:
-    """None when the path names no resource this server knows (a 404)."""
+def parse_target(path: str, served: Collection[str] = ()) -> Target | None:
+    """None when the path names no resource this server knows (a 404); `served`: the doubles whose kinds
+    the cluster serves (registry.py)."""
     parts = [p for p in path.split("/") if p]
     if len(parts) < 3:
         return None
@@ -35,19 +37,19 @@ def parse_target(path: str) -> Target | None:
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         return None
-    if not registry.group_known(group, version):
+    if not registry.group_known(group, version, served):
         return None
     watch_path = bool(rest) and rest[0] == "watch"
     if watch_path:
         rest = rest[1:]
     namespace: str | None = None
     if len(rest) >= 3 and rest[0] == "namespaces":
-        inner = registry.lookup(group, version, rest[2])
+        inner = registry.lookup(group, version, rest[2], served)
         if inner is not None and inner.namespaced:
             namespace, rest = rest[1], rest[2:]
     if not rest or len(rest) > 3:
         return None
-    resource = registry.lookup(group, version, rest[0])
+    resource = registry.lookup(group, version, rest[0], served)
     if resource is None or (resource.namespaced and namespace is None and len(rest) > 1):
         return None
     name = rest[1] if len(rest) > 1 else None

@@ -21,13 +21,14 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Collection, Coroutine
+from collections.abc import Collection, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from aiohttp import web
 
 from localcluster._internal.admission import podsecurity, priority
+from localcluster._internal.admission.plugins import AdmissionHook
 from localcluster._internal.apiserver.api import ApiServer
 from localcluster._internal.apiserver.faults import Fault, Faults
 from localcluster._internal.apiserver.subresources import Subresources
@@ -35,9 +36,12 @@ from localcluster._internal.auth import certs, rbac
 from localcluster._internal.auth.access import Access
 from localcluster._internal.auth.tokens import TokenAuthority
 from localcluster._internal.cluster.spec import ClusterSpec, make_runtime, node_object, runtime_options
+from localcluster._internal.controllers import scheduler
 from localcluster._internal.controllers.loops import Controllers
 from localcluster._internal.doubles import nodeshutdown
 from localcluster._internal.doubles.apioutage import ApiOutages, Outage
+from localcluster._internal.doubles.autoscaler import Autoscaler, Timing
+from localcluster._internal.doubles.kueue import Kueue
 from localcluster._internal.doubles.openshift import RestrictedV2
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.runtime.base import ObjectChange, PodRuntime
@@ -77,6 +81,9 @@ class LocalCluster:
         self._thread: threading.Thread | None = None
         self.controllers: Controllers | None = None
         self.api: ApiServer | None = None
+        self.autoscaler: Autoscaler | None = None   # doubles/autoscaler, with spec.node_pools
+        self.kueue: Kueue | None = None             # doubles/kueue, with spec.kueue
+        self._doubles: list[asyncio.Task[None]] = []
 
     # ---- paths and identities ----------------------------------------------------------------------------
     @property
@@ -175,11 +182,18 @@ class LocalCluster:
         self.ca_cert_pem = self._certs.ca_cert_pem
         self.ca_path.write_bytes(self.ca_cert_pem)
         self._seed()
-        hooks = (RestrictedV2(),) if self.spec.openshift else ()
+        if self.spec.kueue:
+            # its webhook must see every pod created: made before the controllers that admit pods
+            self.kueue = Kueue(store=self.store, record=self._record_event,
+                               manage_without_queue_name=self.spec.kueue_manage_without_queue_name)
+        # OpenShift's SCC admission is a plugin of the server, so it runs before any webhook (Kueue's)
+        hooks: list[AdmissionHook] = [RestrictedV2()] if self.spec.openshift else []
+        hooks += [self.kueue.webhook] if self.kueue else []
         self.controllers = Controllers(store=self.store, runtime=self.runtime, pod_security=self.pod_security,
                                        event_ttl=self.spec.event_ttl, admit_handlers=[nodeshutdown.refusal],
                                        job_backoff=self.spec.job_backoff, admission_hooks=hooks)
         self.controllers.start()
+        self._start_doubles()
         access = Access(store=self.store, tokens=self.tokens)
         subresources = Subresources(store=self.store, access=access, controllers=self.controllers,
                                     runtime=self.runtime, tokens=self.tokens)
@@ -189,7 +203,8 @@ class LocalCluster:
         self.api = ApiServer(store=self.store, access=access, controllers=self.controllers,
                              subresources=subresources, faults=self.faults,
                              server_address=f"{self.spec.bind_host}:{self.api_port}",
-                             bookmark_interval=self.spec.bookmark_interval, gate=self.outages.gate)
+                             bookmark_interval=self.spec.bookmark_interval, gate=self.outages.gate,
+                             served=self.spec.served)
         await self._serve()
         local = "127.0.0.1" if self.spec.bind_host == "0.0.0.0" else self.spec.bind_host
         self.api_host = pod_api_host or local
@@ -230,8 +245,36 @@ class LocalCluster:
         await self._runner.cleanup()
         self._runner = None
 
+    def _start_doubles(self) -> None:
+        """The models of other systems this cluster runs (doubles/), on its loop."""
+        spec = self.spec
+        if spec.node_pools:
+            self.autoscaler = Autoscaler(
+                store=self.store, pools=spec.node_pools, schedule=scheduler.schedule,
+                record=self._record_event,
+                new_node=lambda name, gpus, index: node_object(index, gpus, spec, name=name),
+                first_index=len(spec.nodes) + spec.cpu_nodes + 1, gpu_taint=spec.gpu_taint,
+                timing=Timing(scan_interval=spec.autoscaler_scan_interval,
+                              provision_delay=spec.autoscaler_provision_delay,
+                              ready_delay=spec.autoscaler_ready_delay,
+                              unneeded_time=spec.autoscaler_unneeded_time),
+                provisioning_requests=spec.provisioning_requests)
+            self._doubles.append(asyncio.ensure_future(self.autoscaler.run()))
+        if self.kueue is not None:
+            self._doubles.append(asyncio.ensure_future(self.kueue.run()))
+
+    def _record_event(self, obj: Mapping[str, Any], *, reason: str, message: str, type: str = "Normal",
+                      component: str = "kubelet", host: str = "", field_path: str = "") -> None:
+        if self.controllers is not None:
+            self.controllers.events.record(obj, reason=reason, message=message, type=type,
+                                           component=component, host=host, field_path=field_path)
+
     async def astop(self) -> None:
         self.outages.forget()
+        for task in self._doubles:
+            task.cancel()
+        await asyncio.gather(*self._doubles, return_exceptions=True)
+        self._doubles.clear()
         with contextlib.suppress(Exception):
             await self.runtime.shutdown()
         self.store.close_watches()

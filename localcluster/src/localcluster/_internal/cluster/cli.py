@@ -21,6 +21,7 @@ import click
 from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.cluster import control, daemon
 from localcluster._internal.cluster.faultcli import fault
+from localcluster._internal.doubles.autoscaler import parse_node_pool
 from localcluster._internal.errors import InvalidInput, LocalClusterError
 from localcluster._internal.runtime.imagepulls import PullTime
 from localcluster._internal.runtime.images import ImageMap
@@ -45,13 +46,15 @@ def _read_pid(directory: Path) -> int | None:
     return pid if _MARK.encode() in cmdline else None
 
 
-def _parse_nodes(text: str) -> list[int]:
+def _parse_nodes(text: str, *, pools: bool = False) -> list[int]:
+    """GPUs per node; none at all only beside a node pool (a GPU pool that starts at zero nodes)."""
     try:
         nodes = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise InvalidInput(f"--nodes {text!r}: expected GPU counts per node, like 5,3,2") from None
-    if not nodes or any(n < 0 for n in nodes):
-        raise InvalidInput(f"--nodes {text!r}: expected at least one node, each with 0 or more GPUs")
+    if (not nodes and not pools) or any(n < 0 for n in nodes):
+        raise InvalidInput(f"--nodes {text!r}: expected at least one node (or a --node-pool), each with 0 or "
+                           "more GPUs")
     return nodes
 
 
@@ -111,6 +114,20 @@ main.add_command(fault)
 @click.option("--openshift", is_flag=True,
               help="OpenShift's restricted-v2 SCC in namespaces annotated openshift.io/sa.scc.uid-range: "
                    "UIDs assigned from the range, others refused with the SCC's message.")
+@click.option("--node-pool", "node_pools", multiple=True, metavar="NAME:GPUS:MAX[:MIN]",
+              help="An autoscaled node pool (after cluster-autoscaler): up to MAX nodes of GPUS GPUs, added "
+                   "for pods the scheduler cannot place and removed when empty. Repeatable; with --nodes '' "
+                   "the cluster's GPUs all come from pools that start at zero.")
+@click.option("--autoscaler-delay", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              metavar="SECONDS", help="From a pool's scale-up decision to its new node's registration.")
+@click.option("--scale-down-unneeded-time", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              metavar="SECONDS", help="How long a pool's node holds no pod before it is removed.")
+@click.option("--provisioning-requests", is_flag=True,
+              help="Serve and answer autoscaling.x-k8s.io/v1 ProvisioningRequests (with --node-pool).")
+@click.option("--kueue", is_flag=True,
+              help="Run Kueue's plain-pod protocol: ResourceFlavors, ClusterQueues, LocalQueues, Workloads.")
+@click.option("--kueue-manage-jobs-without-queue-name", "kueue_manage_all", is_flag=True,
+              help="With --kueue: queue every pod outside kube-system, with a queue name or not.")
 @click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
               metavar="FILE",
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
@@ -125,13 +142,19 @@ main.add_command(fault)
                    "on either runtime. Repeatable.")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
-       node_link: str, openshift: bool, images: Path | None, pull_times: tuple[str, ...],
-       missing_images: tuple[str, ...]) -> None:
+       node_link: str, openshift: bool, node_pools: tuple[str, ...], autoscaler_delay: float,
+       scale_down_unneeded_time: float, provisioning_requests: bool, kueue: bool, kueue_manage_all: bool,
+       images: Path | None, pull_times: tuple[str, ...], missing_images: tuple[str, ...]) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
     unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
-    counts = _parse_nodes(nodes)
+    counts = _parse_nodes(nodes, pools=bool(node_pools))
+    for pool in node_pools:
+        parse_node_pool(pool)  # refused here, with its reason, rather than in the server's log
+    if provisioning_requests and not node_pools:
+        raise InvalidInput("--provisioning-requests: ProvisioningRequests are answered by the node pools' "
+                           "autoscaler; give --node-pool too")
     if node_link:
         parse_node_link(node_link)
         if runtime != "process":
@@ -157,13 +180,18 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    hostname_label_suffix=hostname_label_suffix,
                                    network_policy=not no_network_policy, volume_refresh=volume_refresh,
                                    node_link=node_link, images=images, pull_times=pull_times,
-                                   missing_images=missing_images, openshift=openshift)
+                                   missing_images=missing_images, openshift=openshift, node_pools=node_pools,
+                                   autoscaler_delay=autoscaler_delay,
+                                   scale_down_unneeded_time=scale_down_unneeded_time,
+                                   provisioning_requests=provisioning_requests, kueue=kueue,
+                                   kueue_manage_all=kueue_manage_all)
     process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"
     link = f", node links {parse_node_link(node_link)} each way" if node_link else ""
-    click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes} GPUs and {cpu_nodes} CPU node(s), "
-               f"API {url}, runtime {runtime}{link} (pid {process.pid})")
+    pools = "".join(f", node pool {p}" for p in node_pools) + (", Kueue" if kueue else "")
+    click.echo(f"local cluster up: {len(counts)} GPU node(s) with {nodes or 'no'} GPUs and {cpu_nodes} CPU "
+               f"node(s){pools}, API {url}, runtime {runtime}{link} (pid {process.pid})")
     with contextlib.suppress(FileNotFoundError):
         for line in (directory / "notices").read_text().splitlines():
             click.echo(f"note: {line}")

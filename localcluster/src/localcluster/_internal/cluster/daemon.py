@@ -49,7 +49,10 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
                   hostname_label_suffix: str = "", network_policy: bool = True,
                   volume_refresh: float | None = None, node_link: str = "",
                   images: Path | None = None, pull_times: Sequence[str] = (),
-                  missing_images: Sequence[str] = (), openshift: bool = False) -> list[str]:
+                  missing_images: Sequence[str] = (), openshift: bool = False,
+                  node_pools: Sequence[str] = (), autoscaler_delay: float | None = None,
+                  scale_down_unneeded_time: float | None = None, provisioning_requests: bool = False,
+                  kueue: bool = False, kueue_manage_all: bool = False) -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -69,6 +72,14 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
     command += ["--openshift"] if openshift else []
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]
+    command += [arg for pool in node_pools for arg in ("--node-pool", pool)]
+    if autoscaler_delay is not None:
+        command += ["--autoscaler-delay", f"{autoscaler_delay:g}"]
+    if scale_down_unneeded_time is not None:
+        command += ["--scale-down-unneeded-time", f"{scale_down_unneeded_time:g}"]
+    command += ["--provisioning-requests"] if provisioning_requests else []
+    command += ["--kueue"] if kueue else []
+    command += ["--kueue-manage-jobs-without-queue-name"] if kueue_manage_all else []
     return command if network_policy else [*command, "--no-network-policy"]
 
 

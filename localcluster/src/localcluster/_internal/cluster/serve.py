@@ -19,6 +19,7 @@ from localcluster._internal.auth.certs import DEFAULT_SANS
 from localcluster._internal.cluster.assembly import LocalCluster
 from localcluster._internal.cluster.control import SOCKET, serve_control
 from localcluster._internal.cluster.spec import ClusterSpec
+from localcluster._internal.doubles.autoscaler import NodePool, parse_node_pool
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.runtime.imagepulls import PullTime
 from localcluster._internal.runtime.images import ImageMap
@@ -29,9 +30,16 @@ def parse_nodes(text: str) -> tuple[int, ...]:
         nodes = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected GPU counts like 5,3,2") from None
-    if not nodes or any(n < 0 for n in nodes):
+    if any(n < 0 for n in nodes):
         raise argparse.ArgumentTypeError(f"--nodes {text!r}: expected one non-negative GPU count per node")
     return nodes
+
+
+def _node_pool(text: str) -> NodePool:
+    try:
+        return parse_node_pool(text)
+    except InvalidInput as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "distributetrain/base=180s")
     serve.add_argument("--missing-image", action="append", default=[], metavar="PATTERN",
                        help="images no registry has: their pulls fail (ErrImagePull)")
+    serve.add_argument("--node-pool", type=_node_pool, action="append", default=[],
+                       metavar="NAME:GPUS:MAX[:MIN]",
+                       help="an autoscaled node pool (doubles/autoscaler); repeatable")
+    serve.add_argument("--autoscaler-delay", type=float, default=30.0, metavar="SECONDS",
+                       help="from a scale-up decision to the new node's registration (default 30)")
+    serve.add_argument("--scale-down-unneeded-time", type=float, default=600.0, metavar="SECONDS",
+                       help="how long a pool's node holds no pod before it is removed (default 600)")
+    serve.add_argument("--provisioning-requests", action="store_true",
+                       help="serve and answer autoscaling.x-k8s.io/v1 ProvisioningRequests")
+    serve.add_argument("--kueue", action="store_true", help="run Kueue's plain-pod protocol (doubles/kueue)")
+    serve.add_argument("--kueue-manage-jobs-without-queue-name", action="store_true",
+                       help="Kueue queues every pod, with a queue name or not")
     return parser
 
 
@@ -101,6 +121,8 @@ def _runtime_options(args: argparse.Namespace) -> dict[str, object]:
 async def serve(args: argparse.Namespace) -> None:
     if args.cpu_nodes < 0:
         raise SystemExit(f"--cpu-nodes {args.cpu_nodes}: expected 0 or more")
+    if not args.nodes and not args.cpu_nodes and not args.node_pool:
+        raise SystemExit("--nodes: expected at least one node, or a --node-pool")
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
@@ -109,7 +131,11 @@ async def serve(args: argparse.Namespace) -> None:
                        images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
                        pull_times=tuple(args.pull_time), missing_images=tuple(args.missing_image),
                        bind_host=args.host, port=args.port,
-                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))))
+                       sans=tuple(dict.fromkeys((*DEFAULT_SANS, *args.san))),
+                       node_pools=tuple(args.node_pool), autoscaler_provision_delay=args.autoscaler_delay,
+                       autoscaler_unneeded_time=args.scale_down_unneeded_time,
+                       provisioning_requests=args.provisioning_requests, kueue=args.kueue,
+                       kueue_manage_without_queue_name=args.kueue_manage_jobs_without_queue_name)
     cluster = LocalCluster(spec, state_dir=args.dir)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

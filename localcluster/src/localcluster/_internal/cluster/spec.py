@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localcluster._internal.auth import certs
+from localcluster._internal.doubles.autoscaler import NodePool
 from localcluster._internal.errors import InvalidInput
 from localcluster._internal.podspec.requests import GPU_RESOURCE
 from localcluster._internal.runtime.base import PodRuntime
 from localcluster._internal.runtime.imagepulls import PullSettings, PullTime
 from localcluster._internal.runtime.images import ImageMap
+from localcluster._internal.storage.registry import KUEUE, PROVISIONING_REQUESTS
 from localcluster._internal.storage.store import now_iso
 
 Obj = dict[str, Any]
@@ -63,6 +65,42 @@ class ClusterSpec:
     # the Job controller's back-off before it replaces a failed pod (DefaultJobPodFailureBackOff: 10 s,
     # doubling per failure up to 10 min); tests shorten it
     job_backoff: float = 10.0
+    # Models of other systems (doubles/), each off unless asked for.
+    # A node-pool autoscaler after cluster-autoscaler (doubles/autoscaler): these pools grow from their
+    # minimum for pods the scheduler cannot place (a node registers `autoscaler_provision_delay` seconds after
+    # the decision, Ready `autoscaler_ready_delay` later) and lose nodes that held no pod for
+    # `autoscaler_unneeded_time`; it looks every `autoscaler_scan_interval` seconds. With
+    # `provisioning_requests` it also serves and answers autoscaling.x-k8s.io/v1 ProvisioningRequests.
+    node_pools: tuple[NodePool, ...] = ()
+    autoscaler_scan_interval: float = 10.0
+    autoscaler_provision_delay: float = 30.0
+    autoscaler_ready_delay: float = 5.0
+    autoscaler_unneeded_time: float = 600.0
+    provisioning_requests: bool = False
+    # Kueue's plain-pod protocol (doubles/kueue): its kinds served, its webhook gating queued pods, admission
+    # against ClusterQueue quota; with `kueue_manage_without_queue_name`, every pod outside kube-system is
+    # queued (manageJobsWithoutQueueName)
+    kueue: bool = False
+    kueue_manage_without_queue_name: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_pools", tuple(self.node_pools))
+        if self.provisioning_requests and not self.node_pools:
+            raise InvalidInput("provisioning_requests: ProvisioningRequests are answered by the node-pool "
+                               "autoscaler; give node_pools too")
+        names = [p.name for p in self.node_pools]
+        if len(set(names)) != len(names):
+            raise InvalidInput(f"node_pools: pool names must differ ({', '.join(names)})")
+
+    @property
+    def served(self) -> frozenset[str]:
+        """The doubles whose kinds the API server serves (storage/registry.py)."""
+        out = set()
+        if self.kueue:
+            out.add(KUEUE)
+        if self.provisioning_requests:
+            out.add(PROVISIONING_REQUESTS)
+        return frozenset(out)
 
 
 def pod_cidr(index: int) -> str:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from localcluster._internal.admission import claims, podsecurity
+from localcluster._internal.admission import claims, podsecurity, schedulinggates
 from localcluster._internal.admission.plugins import AdmissionHook, AdmissionPlugins
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.controllers import gc, nodefit, scheduler
@@ -116,8 +116,10 @@ class Controllers:
             self._schedule_wake.set()
             return
         if not spec.get("nodeName"):
+            # a gated pod waits outside the scheduling queue until its last gate is removed
             schedulable = phase not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp") and (
-                spec.get("schedulerName", "default-scheduler") == "default-scheduler")
+                spec.get("schedulerName", "default-scheduler") == "default-scheduler") and (
+                not schedulinggates.is_gated(pod))
             if schedulable and uid not in self._pending:
                 self._pending[uid] = (pod["metadata"]["namespace"], pod["metadata"]["name"])
                 self._schedule_wake.set()
@@ -202,7 +204,8 @@ class Controllers:
                 # re-read after yielding: pods and nodes may have changed meanwhile
                 nodes = [n for n in self.store.objects("nodes") if not n["metadata"].get("deletionTimestamp")]
             pod = self.store.get("pods", namespace, name)
-            if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+            if pod is None or pod["spec"].get("nodeName") or pod["metadata"].get("deletionTimestamp") or (
+                    schedulinggates.is_gated(pod)):
                 self._pending.pop(uid, None)
                 continue
             missing = claims.missing_claim(pod, self.store.get)

@@ -8,6 +8,10 @@ watches and writes through the store like the controllers do (storage/, controll
 localcluster/tests.
 
     apioutage.py     API outages: refused, hung, 429, 503 (switched on by a call: LocalCluster.api_outage)
+    autoscaler/      a node-pool autoscaler after cluster-autoscaler 1.31, and ProvisioningRequests
+                     (ClusterSpec.node_pools, .provisioning_requests)
+    kueue/           Kueue v0.10's plain-pod protocol: gating webhook, pod-group Workloads, ClusterQueue quota
+                     (ClusterSpec.kueue)
     nodeshutdown.py  the kubelet's graceful node shutdown (a call: LocalCluster.shutdown_node)
     openshift.py     OpenShift's restricted-v2 SCC admission in namespaces that carry a UID range
                      (ClusterSpec.openshift)

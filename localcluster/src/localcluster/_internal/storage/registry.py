@@ -1,7 +1,13 @@
-"""The resources the local API server serves, and the discovery documents describing them."""
+"""The resources the local API server serves, and the discovery documents describing them.
+
+A resource with `served_by` belongs to a model of another system (doubles/: Kueue's kinds, the autoscaler's
+ProvisioningRequest), served only by a cluster that runs it, as a real cluster serves a CRD only once it is
+installed: every lookup and discovery document takes the set of such systems a cluster runs (`served`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +27,7 @@ class Resource:
     subresources: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     stored: bool = True   # False: a review-style resource that answers a create and keeps nothing
+    served_by: str = ""   # the double that serves it (its CRD, installed with it); "": always served
 
     @property
     def key(self) -> str:
@@ -40,6 +47,9 @@ _RBAC = "rbac.authorization.k8s.io"
 _AUTHZ = "authorization.k8s.io"
 _AUTHN = "authentication.k8s.io"
 _ADMISSION = "admissionregistration.k8s.io"
+_KUEUE = "kueue.x-k8s.io"
+KUEUE = "kueue"                                  # doubles/kueue
+PROVISIONING_REQUESTS = "provisioning-requests"  # doubles/autoscaler, with --enable-provisioning-requests
 
 RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "namespaces", "Namespace", False, ("ns",), subresources=("status", "finalize")),
@@ -83,6 +93,17 @@ RESOURCES: tuple[Resource, ...] = (
              subresources=("status",), categories=("api-extensions",)),
     Resource(_ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False,
              categories=("api-extensions",)),
+    # models of other systems (doubles/), served when a cluster runs them
+    Resource(_KUEUE, "v1beta1", "resourceflavors", "ResourceFlavor", False, ("rf", "flavor", "flavors"),
+             served_by=KUEUE, categories=("kueue",)),
+    Resource(_KUEUE, "v1beta1", "clusterqueues", "ClusterQueue", False, ("cq",), subresources=("status",),
+             served_by=KUEUE, categories=("kueue",)),
+    Resource(_KUEUE, "v1beta1", "localqueues", "LocalQueue", True, ("queue", "queues", "lq"),
+             subresources=("status",), served_by=KUEUE, categories=("kueue",)),
+    Resource(_KUEUE, "v1beta1", "workloads", "Workload", True, ("wl",), subresources=("status",),
+             served_by=KUEUE, categories=("kueue",)),
+    Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests", "ProvisioningRequest", True,
+             ("provreq", "provreqs"), subresources=("status",), served_by=PROVISIONING_REQUESTS),
 )
 
 GROUP_VERSIONS: dict[str, str] = {}
@@ -94,12 +115,24 @@ BY_KEY: dict[str, Resource] = {r.key: r for r in RESOURCES}
 BY_KIND: dict[tuple[str, str], Resource] = {(r.api_version, r.kind): r for r in RESOURCES}
 
 
-def lookup(group: str, version: str, plural: str) -> Resource | None:
-    return _BY_PATH.get((group, version, plural))
+def visible(r: Resource, served: Collection[str] = ()) -> bool:
+    """Whether a cluster running the doubles named in `served` serves `r`."""
+    return not r.served_by or r.served_by in served
 
 
-def group_known(group: str, version: str) -> bool:
-    return GROUP_VERSIONS.get(group) == version
+def group_versions(served: Collection[str] = ()) -> dict[str, str]:
+    """The groups served, with their version."""
+    return {g: v for g, v in GROUP_VERSIONS.items()
+            if any(r.group == g and visible(r, served) for r in RESOURCES)}
+
+
+def lookup(group: str, version: str, plural: str, served: Collection[str] = ()) -> Resource | None:
+    found = _BY_PATH.get((group, version, plural))
+    return found if found is not None and visible(found, served) else None
+
+
+def group_known(group: str, version: str, served: Collection[str] = ()) -> bool:
+    return group_versions(served).get(group) == version
 
 
 # What discovery says of subresources that are not get/patch/update of the object itself.
@@ -123,19 +156,19 @@ def _group_entry(group: str) -> dict[str, Any]:
     return {"name": group, "versions": [gv], "preferredVersion": gv}
 
 
-def api_group_list() -> dict[str, Any]:
+def api_group_list(served: Collection[str] = ()) -> dict[str, Any]:
     return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [_group_entry(g) for g in GROUP_VERSIONS if g]}
+            "groups": [_group_entry(g) for g in group_versions(served) if g]}
 
 
 def api_group(group: str) -> dict[str, Any]:
     return {"kind": "APIGroup", "apiVersion": "v1", **_group_entry(group)}
 
 
-def resource_list(group: str, version: str) -> dict[str, Any]:
+def resource_list(group: str, version: str, served: Collection[str] = ()) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for r in RESOURCES:
-        if r.group != group or r.version != version:
+        if r.group != group or r.version != version or not visible(r, served):
             continue
         entry: dict[str, Any] = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
                                  "kind": r.kind, "verbs": list(r.verbs)}
@@ -157,15 +190,15 @@ def resource_list(group: str, version: str) -> dict[str, Any]:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}
 
 
-def aggregated_discovery(*, legacy: bool) -> dict[str, Any]:
+def aggregated_discovery(*, legacy: bool, served: Collection[str] = ()) -> dict[str, Any]:
     """apidiscovery.k8s.io/v2 APIGroupDiscoveryList: everything kubectl needs in one answer per root."""
-    groups = [""] if legacy else [g for g in GROUP_VERSIONS if g]
+    groups = [""] if legacy else [g for g in group_versions(served) if g]
     items = []
     for group in groups:
         version = GROUP_VERSIONS[group]
         resources = []
         for r in RESOURCES:
-            if r.group != group:
+            if r.group != group or not visible(r, served):
                 continue
             entry: dict[str, Any] = {
                 "resource": r.plural, "singularResource": r.singular,
