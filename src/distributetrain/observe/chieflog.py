@@ -42,6 +42,32 @@ def parse_rank_failed(line: bytes) -> RankFailed | None:
     return RankFailed(int(match[1]), match[2].decode("utf-8", "replace"), int(match[3]))
 
 
+_PREFLIGHT_BLAMED = re.compile(rb"pre-flight blames node\(s\) (\S*) \(pods (\S*)\)")
+
+
+@dataclass(frozen=True)
+class PreflightBlame:
+    """The nodes (and pod addresses) the chief's pre-flight check failed on: where a re-plan must not go."""
+
+    nodes: tuple[str, ...]
+    pods: tuple[str, ...]
+
+
+def preflight_blamed(blame: PreflightBlame) -> str:
+    """The launcher's line naming what its pre-flight blames, before its error and exit 76."""
+    return f"pre-flight blames node(s) {','.join(blame.nodes) or '-'} (pods {','.join(blame.pods) or '-'})"
+
+
+def parse_preflight_blamed(line: bytes) -> PreflightBlame | None:
+    """The nodes and pods a line of the chief's log says its pre-flight blamed, if it is that line."""
+    match = _PREFLIGHT_BLAMED.search(line)
+    if match is None:
+        return None
+    nodes, pods = (tuple(p for p in match[i].decode("utf-8", "replace").split(",") if p and p != "-")
+                   for i in (1, 2))
+    return PreflightBlame(nodes, pods)
+
+
 # ---- NCCL's network lines ---------------------------------------------------------------------------------
 # Every rank's NCCL writes them (NCCL_DEBUG=INFO, which job pods get by default; NCCL_DEBUG_SUBSYS=INIT,NET
 # keeps them short) and horovodrun copies them into the chief's log behind its `[RANK]<stdout>:` prefix.
