@@ -20,6 +20,7 @@ import click
 
 from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.cluster import daemon
+from localcluster._internal.cluster.spec import parse_fabric
 from localcluster._internal.errors import InvalidInput, LocalClusterError
 from localcluster._internal.runtime.images import ImageMap
 from localcluster._internal.runtime.nodelink import parse_node_link
@@ -102,6 +103,10 @@ def main() -> None:
               help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "
                    "netem. Default: none, pods of different nodes talk as fast as pods of one node.")
+@click.option("--fabric", default="", metavar="KIND:COUNT",
+              help="Fabric devices each GPU node advertises beside its GPUs, as a device plugin does: efa:4 "
+                   "(4 vpc.amazonaws.com/efa, the EFA device plugin's resource), efa:4,4,2 (one count per "
+                   "--nodes entry) or RESOURCE:COUNT (rdma/ib:8). Scheduled and accounted like GPUs.")
 @click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
               metavar="FILE",
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
@@ -109,12 +114,14 @@ def main() -> None:
                    "to pull (ErrImagePull).")
 def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: bool, port: int,
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
-       node_link: str, images: Path | None) -> None:
+       node_link: str, images: Path | None, fabric: str) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
     unless --no-gpu-taint); CPU nodes cpu-1, cpu-2, ... have no GPU resource and no taint."""
     counts = _parse_nodes(nodes)
+    if fabric:
+        parse_fabric(fabric, len(counts))  # refused here, with its reason, rather than in the server's log
     if node_link:
         parse_node_link(node_link)
         if runtime != "process":
@@ -137,7 +144,7 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    gpu_taint=not no_gpu_taint, pod_security=pod_security,
                                    hostname_label_suffix=hostname_label_suffix,
                                    network_policy=not no_network_policy, volume_refresh=volume_refresh,
-                                   node_link=node_link, images=images)
+                                   node_link=node_link, images=images, fabric=fabric)
     process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

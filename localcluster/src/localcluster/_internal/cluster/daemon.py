@@ -47,7 +47,7 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
                   port: int = 0, gpu_taint: bool = True, pod_security: str = "",
                   hostname_label_suffix: str = "", network_policy: bool = True,
                   volume_refresh: float | None = None, node_link: str = "",
-                  images: Path | None = None) -> list[str]:
+                  images: Path | None = None, fabric: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -59,6 +59,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--node-link", node_link]
     if images is not None:
         command += ["--images", str(images)]
+    if fabric:
+        command += ["--fabric", fabric]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     if volume_refresh is not None:
         command += ["--volume-refresh", f"{volume_refresh:g}"]

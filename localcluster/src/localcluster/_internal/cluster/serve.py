@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="appended to each node's kubernetes.io/hostname label, e.g. .ec2.internal")
     serve.add_argument("--node-link", default="", metavar="RATE[,DELAY]",
                        help="each node's link to the others, e.g. 1gbit (process runtime, root)")
+    serve.add_argument("--fabric", default="", metavar="KIND:COUNT",
+                       help="fabric devices per GPU node, as a device plugin advertises them: efa:4 "
+                            "(vpc.amazonaws.com/efa), efa:4,4,2 (per node) or RESOURCE:COUNT")
     serve.add_argument("--images", type=Path, default=None, metavar="FILE",
                        help="the image map: which images the process runtime can run (default: none)")
     return parser
@@ -85,6 +88,7 @@ async def serve(args: argparse.Namespace) -> None:
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
+                       fabric=args.fabric,
                        runtime_options=_runtime_options(args),
                        images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
                        bind_host=args.host, port=args.port,
