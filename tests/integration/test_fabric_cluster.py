@@ -18,6 +18,7 @@ import yaml
 from localcluster import TestCluster
 from manager_support import IMAGE
 
+from distributetrain.errors import Forbidden
 from distributetrain.kube.gateway import Kube
 
 Factory = Callable[..., TestCluster]
@@ -91,3 +92,43 @@ def test_a_node_short_of_efa_refuses_the_job_with_the_numbers(efa_cluster: TestC
     for pod in pods(tcp).values():
         requests, env = container(pod)
         assert EFA not in requests and "FI_PROVIDER" not in env
+
+
+# ---- the security profile of a fabric job ---------------------------------------------------------------
+FABRIC_TEMPLATE = Path(__file__).resolve().parents[2] / "manifests" / "fabric" / \
+    "DistributeTrain_PodTemplate_Fabric.yaml"
+
+
+def test_the_fabric_template_needs_a_privileged_namespace_and_the_default_stays_restricted(
+        efa_cluster: TestCluster, tmp_path: Path) -> None:
+    """The shipped variant's pods (root, IPC_LOCK) are refused by the API server's Pod Security admission at
+    "restricted" and at "baseline", naming IPC_LOCK, and admitted at "privileged"; the default template's
+    pods pass "restricted" with the same fabric."""
+    from distributetrain.manager import manifests
+    from distributetrain.placement import fabric
+    from distributetrain.placement.planner import Entry
+    from distributetrain.request.jobspec import JobSpec
+
+    template = tmp_path / "pod-template.yaml"
+    template.write_text(yaml.safe_load(FABRIC_TEMPLATE.read_text())["data"]["pod-template.yaml"])
+    entry = Entry("node-1", 8, fabric.Share(fabric.Fabric(EFA), 4))
+    for level in ("restricted", "baseline", "privileged"):
+        done = efa_cluster.kubectl("create", "namespace", level)
+        assert done.returncode == 0, done.stderr
+        efa_cluster.kubectl("label", "namespace", level, f"pod-security.kubernetes.io/enforce={level}")
+    kube = Kube(efa_cluster.api_client())
+    for level in ("restricted", "baseline", "privileged"):
+        spec = JobSpec.from_sources({"gpus": "16", "image": IMAGE, "namespace": level,
+                                     "pod_template": str(template)}, {})
+        pod = manifests.worker_pod(spec, index=0, entry=entry, owner=None)
+        container = pod["spec"]["containers"][0]
+        assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]  # only those added
+        if level == "privileged":
+            kube.create(pod)
+            continue
+        with pytest.raises(Forbidden, match=r"(?s)violates PodSecurity.*IPC_LOCK"):
+            kube.create(pod)
+    default = manifests.worker_pod(JobSpec.from_sources({"gpus": "16", "image": IMAGE, "namespace":
+                                                         "restricted"}, {}), index=1, entry=entry, owner=None)
+    kube.create(default)
