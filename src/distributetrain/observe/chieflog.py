@@ -113,9 +113,13 @@ class NcclNet:
 
 
 def parse_nccl_net(line: bytes | str) -> NcclNet | None:
-    """The network line of NCCL's a line of the chief's log is, if it is one."""
-    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-    if "NCCL INFO" not in text:  # most lines: no regular expression
+    """What a line of the chief's log says of NCCL's network, if it is one of NCCL's network lines."""
+    if isinstance(line, bytes):
+        if b"NCCL INFO" not in line:  # most lines: no decoding, no regular expression
+            return None
+        line = line.decode("utf-8", "replace")
+    text = line
+    if "NCCL INFO" not in text:
         return None
     match = _NCCL_INFO.search(text.rstrip("\r\n"))
     if match is None:
