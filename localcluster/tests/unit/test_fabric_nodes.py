@@ -65,3 +65,19 @@ def test_the_devices_are_scheduled_and_accounted_like_gpus() -> None:
     # and the kubelet refuses a pod bound past them, as it does for GPUs
     refused = admit(pod("p", 4, 3, on="node-1"), made[0], held)
     assert not refused.admitted and refused.reason == f"OutOf{EFA}"
+
+
+def test_the_command_line_passes_the_fabric_on_and_refuses_a_bad_one(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from localcluster import serve_command
+    from localcluster._internal.cluster.cli import main
+
+    command = serve_command(tmp_path, nodes=[8, 8], fabric="efa:4")
+    assert command[command.index("--fabric") + 1] == "efa:4"
+    assert "--fabric" not in serve_command(tmp_path, nodes=[8, 8])
+    up = ["up", "--nodes", "8,8", "--fabric", "efa:4,4,4", "--dir", str(tmp_path)]
+    refused = CliRunner().invoke(main, up)
+    assert refused.exit_code != 0
+    assert "--fabric 'efa:4,4,4': 3 counts for 2 GPU node(s)" in refused.output
+    assert not (tmp_path / "pid").exists()  # refused before anything started
