@@ -39,8 +39,8 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (f"{EXIT_SSH}", "a worker's sshd never accepted the job key"),
     (f"{EXIT_DEADLINE}", "the active deadline passed"),
     (f"{EXIT_CHIEF_LOST}", "the chief pod was lost"),
-    (f"{EXIT_PREFLIGHT}", "the pre-flight all-reduce check failed: a pod unreachable, hung, or below "
-                          "--min-busbw; the training was not started"),
+    (f"{EXIT_PREFLIGHT}", "the pre-flight all-reduce check failed: a pod unreachable, hung, off the job's "
+                          "fabric (EFA, InfiniBand), or below --min-busbw; the training was not started"),
     (f"{EXIT_API_UNREACHABLE}",
      "the API server did not answer for longer than --api-outage-tolerance while the job ran; its pods were "
      "left to their owner (the manager's Job: a new manager pod adopts them)"),

@@ -57,6 +57,7 @@ SSH_MOUNT_PATH = "/etc/distributetrain/ssh"      # the Secret: id_ed25519, id_ed
 HOSTFILE_MOUNT_PATH = "/etc/distributetrain/hostfile"  # the ConfigMap: the workers' `IP slots=N` lines
 HOSTFILE_KEY = "hostfile"
 HOSTNAMES_KEY = "names"  # elastic and restart jobs: `IP POD` per worker, the pod behind each address
+NODES_KEY = "nodes"      # `IP NODE` per worker: the pre-flight names the node of a pod it blames
 # restart jobs without a volume claim: the chief's own emptyDir, where rank 0 checkpoints (the chief outlives
 # every relaunch; the workers hold no checkpoint)
 CHECKPOINT_MOUNT_PATH = "/var/lib/distributetrain/checkpoints"
@@ -203,6 +204,8 @@ ENV_HOSTFILE_WAIT = "DT_HOSTFILE_WAIT"  # chief of a gang made at once: seconds 
 ENV_SSH_IDENTITY = "DT_SSH_IDENTITY"  # chief: the installed private key; the entrypoint sets it
 ENV_PREFLIGHT = "DT_PREFLIGHT"      # chief: true runs the pre-flight all-reduce check before the command
 ENV_MIN_BUSBW = "DT_MIN_BUSBW"      # chief: GB/s the check's bus bandwidth must reach (turns the check on)
+ENV_FABRIC = "DT_FABRIC"            # chief: efa or ib: the pre-flight fails a pod whose NCCL does not use it
+ENV_NODE_NAME = "DT_NODE_NAME"      # chief: downward API spec.nodeName (its own node, for the pre-flight)
 ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to, for its own logs
 # per-role environment for the ranks: Horovod's Gloo launcher starts every rank with the chief's environment
 # (horovod/runner/gloo_run.py), so a worker's entrypoint saves the variables its pod template sets (named in

@@ -267,3 +267,157 @@ def test_the_base_image_puts_files_where_the_manager_expects_them() -> None:
 def test_the_manager_image_runs_as_non_root() -> None:
     users = [i.args for i in parse(DOCKERFILES[1]) if i.keyword == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
+
+
+# ---- the fabric variants, the pinned bases, the self-check -------------------------------------------------
+FABRICS = ("none", "efa", "ib")
+DIGEST = re.compile(r"^[a-z0-9.\-/]+:[A-Za-z0-9._\-]+@sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    base: str
+    text: str  # the stage's lines, comments included, as written
+
+
+def stages(dockerfile: Path) -> tuple[str, list[Stage]]:
+    """The global part (before the first FROM) and each stage: its name, what it is FROM, its text."""
+    text = dockerfile.read_text()
+    parts = re.split(r"(?m)^(?=FROM )", text)
+    found = []
+    for part in parts[1:]:
+        words = part.split("\n", 1)[0].split()
+        name = words[3] if len(words) >= 4 and words[2].upper() == "AS" else ""
+        found.append(Stage(name, words[1], part))
+    # the comment block right above a FROM (its hadolint ignore) belongs to that stage
+    head = parts[0]
+    for i in range(1, len(found)):
+        before = found[i - 1].text.rstrip("\n").split("\n")
+        comments: list[str] = []
+        while before and before[-1].startswith("#"):
+            comments.insert(0, before.pop())
+        if comments:
+            found[i - 1] = Stage(found[i - 1].name, found[i - 1].base, "\n".join(before) + "\n\n")
+            found[i] = Stage(found[i].name, found[i].base, "\n".join(comments) + "\n" + found[i].text)
+    return head, found
+
+
+def variant(fabric: str) -> tuple[str, list[Stage]]:
+    """The stages BuildKit builds for FABRIC=fabric: the last stage and what it needs (FROM, COPY --from)."""
+    head, every = stages(DOCKERFILES[0])
+    by_name = {s.name: s for s in every}
+    needed: list[str] = []
+
+    def need(name: str) -> None:
+        stage = by_name.get(name.replace("${FABRIC}", fabric))
+        if stage is None or stage.name in needed:
+            return
+        need(stage.base)
+        for source in re.findall(r"COPY --from=(\S+)", stage.text):
+            need(source)
+        needed.append(stage.name)
+
+    need(every[-1].name)
+    head = re.sub(r"(?m)^ARG FABRIC=\S+$", f"ARG FABRIC={fabric}", head)
+    return head, [by_name[n] for n in needed]
+
+
+def test_the_fabric_variants_are_stages_that_only_their_builds_run() -> None:
+    chosen = {fabric: [s.name for s in variant(fabric)[1]] for fabric in FABRICS}
+    assert chosen["none"] == ["framework", "runtime", "fabric-none", "base"]
+    assert chosen["efa"] == ["framework", "runtime", "efa-installer", "efa-build", "fabric-efa", "base"]
+    assert chosen["ib"] == ["framework", "runtime", "fabric-ib", "base"]
+    assert re.search(r"(?m)^ARG FABRIC=none$", DOCKERFILES[0].read_text())  # TCP unless asked
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_every_fabric_variant_lints_clean_on_its_own(fabric: str, tmp_path: Path) -> None:
+    """The Dockerfile of exactly the stages FABRIC=fabric builds (hadolint lints a file, not a build)."""
+    head, chosen = variant(fabric)
+    alone = tmp_path / f"Dockerfile.{fabric}"
+    alone.write_text(head + "".join(s.text for s in chosen))
+    result = subprocess.run([str(HADOLINT), str(alone)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_cuda_bases_are_pinned_by_digest_beside_their_tag() -> None:
+    text = DOCKERFILES[0].read_text()
+    images = dict(re.findall(r"(?m)^ARG (CUDA_[A-Z_]+_IMAGE)=(\S+)$", text))
+    assert set(images) == {"CUDA_DEVEL_IMAGE", "CUDA_RUNTIME_IMAGE"}
+    for ref in images.values():
+        assert DIGEST.match(ref), ref
+    # one CUDA for both (TensorFlow 2.15's), cuDNN in the runtime; every FROM is a base argument or a stage
+    assert ":12.2.2-devel-ubuntu22.04@" in images["CUDA_DEVEL_IMAGE"]
+    assert ":12.2.2-cudnn8-runtime-ubuntu22.04@" in images["CUDA_RUNTIME_IMAGE"]
+    _, every = stages(DOCKERFILES[0])
+    names = {s.name for s in every}
+    for stage in every:
+        assert stage.base in {"${CUDA_DEVEL_IMAGE}", "${CUDA_RUNTIME_IMAGE}", "scratch", "fabric-${FABRIC}"} \
+            or stage.base in names, stage
+
+
+def test_what_the_fabric_variants_download_is_pinned() -> None:
+    text = DOCKERFILES[0].read_text()
+    for ins in parse(DOCKERFILES[0]):
+        if ins.keyword == "ADD" and "://" in ins.args:
+            assert re.search(r"--checksum=sha256:[0-9a-f]{64} ", ins.args), ins.args
+    assert re.search(r"(?m)^ARG AWS_OFI_NCCL_VERSION=v\d+\.\d+\.\d+-aws$", text)
+    installs = [i.args for i in parse(DOCKERFILES[0]) if i.keyword == "RUN" and "ibverbs-providers" in i.args]
+    assert len(installs) == 1
+    for package in ("libibverbs1", "ibverbs-providers", "librdmacm1", "ibverbs-utils"):
+        assert f'{package}="${{RDMA_CORE_VERSION}}"' in installs[0], package
+
+
+def test_the_image_ships_its_self_check() -> None:
+    assert (["base-image/selfcheck.sh"], "/usr/local/bin/distributetrain-selfcheck") in copies(DOCKERFILES[0])
+    text = DOCKERFILES[0].read_text()
+    assert "DT_IMAGE_FABRIC=efa" in text and "DT_IMAGE_FABRIC=ib" in text
+
+
+def selfcheck(env: dict[str, str], home: Path, first: Path | None = None) -> subprocess.CompletedProcess[str]:
+    bindir = str(Path(sys.executable).parent)  # this environment is the CPU build's: horovodrun, TensorFlow
+    path = f"{first}:{bindir}:/usr/bin:/bin" if first else f"{bindir}:/usr/bin:/bin"
+    return subprocess.run(["bash", str(REPO / "base-image" / "selfcheck.sh")], capture_output=True, text=True,
+                          timeout=300, env={"PATH": path, "HOME": str(home), **env})
+
+
+def test_the_self_check_passes_in_the_cpu_build_and_names_what_a_fabric_variant_lacks(tmp_path: Path) -> None:
+    plain = selfcheck({}, tmp_path)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert "ok:   horovodrun --check-build" in plain.stdout
+    assert "ok:   import horovod.tensorflow as hvd; hvd.init(): size=1 rank=0" in plain.stdout
+    assert plain.stdout.rstrip().endswith("selfcheck: passed")
+    # an image that says it is the EFA variant but lacks libfabric and the plugin fails, naming both (its
+    # Horovod checked above: stand-ins answer for it here)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, said in (("horovodrun", "[X] TensorFlow"), ("python", "size=1 rank=0 nccl_built=0")):
+        (bindir / name).write_text(f"#!/bin/sh\necho '{said}'\n")
+        (bindir / name).chmod(0o755)
+    efa = selfcheck({"DT_IMAGE_FABRIC": "efa", "DT_PYTHON": str(bindir / "python")}, tmp_path, first=bindir)
+    assert efa.returncode == 1
+    assert "FAIL: fi_info (libfabric) missing" in efa.stdout
+    assert "FAIL: aws-ofi-nccl: no libnccl-net.so on LD_LIBRARY_PATH" in efa.stdout
+
+
+def test_the_bump_procedure_rewrites_each_digest_to_its_tags(tmp_path: Path) -> None:
+    """scripts/pin-base-images.sh with a stand-in crane (no registry here): a moved tag is rewritten."""
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(DOCKERFILES[0].read_text())
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    crane = bindir / "crane"
+    crane.write_text('#!/bin/sh\ncase "$2" in *runtime*) echo "sha256:' + "b" * 64 + '" ;; '
+                     '*) sed -n "s/^ARG CUDA_DEVEL_IMAGE=.*@//p" "$DOCKERFILE" ;; esac\n')
+    crane.chmod(0o755)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "DOCKERFILE": str(dockerfile)}
+    script = str(REPO / "scripts" / "pin-base-images.sh")
+    check = subprocess.run(["bash", script, "--check"], capture_output=True, text=True, env=env, timeout=60)
+    assert check.returncode == 1
+    assert "CUDA_DEVEL_IMAGE: nvcr.io/nvidia/cuda:12.2.2-devel-ubuntu22.04 is still sha256:" in check.stdout
+    assert dockerfile.read_text() == DOCKERFILES[0].read_text()  # --check writes nothing
+    done = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    runtime = re.search(r"(?m)^ARG CUDA_RUNTIME_IMAGE=(\S+)$", dockerfile.read_text())
+    assert runtime is not None and runtime[1].endswith("@sha256:" + "b" * 64)

@@ -3,6 +3,8 @@ ranks' lines read back, and the verdict that names the pod to blame."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -121,3 +123,115 @@ def _entry() -> Entry:
     from distributetrain.placement.planner import plan
 
     return plan({"node-1": 6}, 6).chief
+
+
+# ---- the fabric -------------------------------------------------------------------------------------------
+NODES = {"10.244.3.2": "gpu-3", "10.244.1.2": "gpu-1", "10.244.2.2": "gpu-2"}
+# NCCL's own messages, verbatim from the threads named in tests/unit/test_chieflog.py (NVIDIA/nccl#1597: EFA
+# through aws-ofi-nccl; Oneflow-Inc/oneflow#3586: the socket fallback), behind Gloo's rank prefix and each
+# pod's hostname, as the chief's log carries them
+OFI = ["NCCL INFO NET/OFI Selected Provider is efa (found 16 nics)", "NCCL INFO Using network Libfabric"]
+SOCKET = ["NCCL INFO NET/IB : No device found.",
+          "NCCL INFO NET/Socket : Using [0]eth0:10.244.2.2<0>", "NCCL INFO Using network Socket"]
+
+
+def nccl(rank: int, host: str, messages: list[str]) -> list[str]:
+    return [f"[{rank}]<stdout>:{host}:4242:4243 [0] {text}\n" for text in messages]
+
+
+def efa_lines(*, worker_2: list[str] = OFI) -> list[str]:
+    out = lines()
+    out += nccl(0, "pod-0", OFI) + nccl(1, "pod-1", OFI) + nccl(4, "pod-4", worker_2)
+    return out
+
+
+def fabric_blame(text: list[str], fabric: str = "efa") -> allreduce.Blame | None:
+    from distributetrain.observe import chieflog
+
+    return allreduce.fabric_verdict(allreduce.read(text), chieflog.read_networks(text), hosts=HOSTS,
+                                    fabric=fabric, nodes=NODES)
+
+
+def test_every_pod_on_the_fabric_passes() -> None:
+    assert fabric_blame(efa_lines()) is None
+
+
+def test_sockets_where_efa_was_asked_fail_naming_the_pod_and_its_node() -> None:
+    blame = fabric_blame(efa_lines(worker_2=SOCKET))
+    assert blame is not None and (blame.pods, blame.nodes) == (("10.244.2.2",), ("gpu-2",))
+    assert blame.why.startswith(
+        "the pre-flight all-reduce did not cross nodes over the fabric efa on 1 pod(s): pod pod-4 at "
+        "10.244.2.2 (node gpu-2): NCCL uses NET/Socket ([0]eth0:10.244.2.2<0>) where the fabric efa was "
+        "asked (NET/OFI)")
+
+
+def test_a_pod_whose_nccl_said_nothing_is_not_proven() -> None:
+    blame = fabric_blame(efa_lines(worker_2=[]))
+    assert blame is not None and blame.nodes == ("gpu-2",)
+    assert "NCCL never said which network it uses (the check ran on Gloo" in blame.why
+
+
+def test_ib_is_checked_the_same_way() -> None:
+    roce = ["NCCL INFO NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB "
+            "enp220s0np0:11.1.128.128<0>", "NCCL INFO Using network IB"]
+    text = lines() + nccl(0, "pod-0", roce) + nccl(1, "pod-1", roce) + nccl(4, "pod-4", roce)
+    assert fabric_blame(text, "ib") is None
+    assert fabric_blame(efa_lines(), "ib") is not None
+
+
+def test_below_min_busbw_names_the_slowest_pods_node() -> None:
+    assert verdict(lines(), min_busbw=1.0, nodes=NODES) == (
+        "the pre-flight all-reduce over 6 ranks reached 0.559 GB/s bus bandwidth at 64 MiB, below "
+        "--min-busbw 1 GB/s; the slowest pod is 10.244.2.2 (node gpu-2) (0.168 GB/s to the chief)")
+
+
+def fake_horovodrun(tmp_path: Any, text: list[str]) -> list[str]:
+    """A horovodrun that prints what the ranks would have printed, and NCCL_DEBUG as it saw it."""
+    out = tmp_path / "ranks.txt"
+    out.write_text("".join(text))
+    script = ("import os, sys; sys.stdout.write(open(sys.argv[1]).read()); "
+              "print('NCCL_DEBUG=' + os.environ['NCCL_DEBUG'])")
+    return [sys.executable, "-c", script, str(out)]
+
+
+def test_the_launcher_fails_the_check_naming_the_node(tmp_path: Any, caplog: Any, capsys: Any) -> None:
+    from distributetrain.chief import preflight
+    from distributetrain.errors import PreflightFailed
+    from distributetrain.observe import chieflog
+
+    argv = fake_horovodrun(tmp_path, efa_lines(worker_2=SOCKET))
+    blamed_pod = r"pod-4 at 10\.244\.2\.2 \(node gpu-2\)"
+    with caplog.at_level("INFO"), pytest.raises(PreflightFailed, match=blamed_pod):
+        preflight.run(argv, {"NCCL_DEBUG": "WARN", "PATH": os.environ.get("PATH", "")}, hosts=HOSTS,
+                      ranks=6, min_busbw=None, timeout=60, fabric="efa", nodes=NODES)
+    assert ("pre-flight NCCL networks: pod-0 NET/OFI (provider efa), pod-1 NET/OFI (provider efa), pod-4 "
+            "NET/Socket") in caplog.text
+    blamed = [chieflog.parse_preflight_blamed(r.getMessage().encode()) for r in caplog.records]
+    assert chieflog.PreflightBlame(("gpu-2",), ("10.244.2.2",)) in blamed
+    # and with every pod on the fabric it passes; the check's NCCL logs at INFO whatever the pod said
+    report = preflight.run(fake_horovodrun(tmp_path, efa_lines()), {"NCCL_DEBUG": "WARN"}, hosts=HOSTS,
+                           ranks=6, min_busbw=None, timeout=60, fabric="efa", nodes=NODES)
+    assert report.done
+    assert "NCCL_DEBUG=INFO" in capsys.readouterr().out
+
+
+def test_the_chief_is_told_its_fabric_and_its_node_and_reads_the_workers_nodes(tmp_path: Any) -> None:
+    from distributetrain.chief import launcher
+    from distributetrain.placement import fabric
+
+    base = {naming.ENV_POD_IP: "10.244.3.2"}
+    assert launchsettings.parse_settings([], base).fabric is None
+    told = {**base, naming.ENV_FABRIC: "efa", naming.ENV_NODE_NAME: "gpu-3"}
+    settings = launchsettings.parse_settings([], told)
+    assert (settings.fabric, settings.node_name) == ("efa", "gpu-3")
+    spec = JobSpec.from_sources({"gpus": "14", "image": "i:1"}, {})
+    share = fabric.Share(fabric.Fabric(fabric.EFA_RESOURCE), 3)
+    chief = manifests.chief_pod(spec, entry=Entry("gpu-3", 6, share), owner=None)["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") or e.get("valueFrom") for e in chief["env"]}
+    assert env[naming.ENV_FABRIC] == "efa"
+    assert env[naming.ENV_NODE_NAME] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    configmap = manifests.hostfile_configmap(spec, [HostSlots("10.244.1.2", 8)], owner=None,
+                                             nodes={"10.244.1.2": "gpu-1"})
+    (tmp_path / naming.NODES_KEY).write_text(configmap["data"][naming.NODES_KEY])
+    assert launcher.read_nodes(tmp_path / naming.NODES_KEY) == {"10.244.1.2": "gpu-1"}
+    assert launcher.read_nodes(tmp_path / "absent") == {}

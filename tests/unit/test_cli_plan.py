@@ -328,3 +328,41 @@ def test_free_counts_cannot_be_combined_with_what_describes_nodes(tmp_path: Path
     result = run("plan", "--gpus", "1", "--free", "a=1", "--pod-template", str(template))
     assert result.exit_code == 2
     assert "cannot be combined with --pod-template" in result.stderr
+
+
+# ---- a fabric ---------------------------------------------------------------------------------------------
+def efa_cluster(tmp_path: Path, held: int = 0) -> str:
+    """Two p4d-like nodes (8 GPUs, 4 EFA) as `kubectl get nodes,pods -o json` writes them; `held` EFA of
+    node-b taken by another pod."""
+
+    def node(name: str) -> dict[str, Any]:
+        allocatable = {"cpu": "96", "memory": "1152Gi", "pods": "110", "nvidia.com/gpu": "8",
+                       "vpc.amazonaws.com/efa": "4"}
+        return {"kind": "Node", "metadata": {"name": name}, "spec": {},
+                "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]}}
+    pods = [{"kind": "Pod", "metadata": {"name": "other", "namespace": "x"},
+             "spec": {"nodeName": "node-b", "containers": [{"name": "c", "resources": {
+                 "limits": {"vpc.amazonaws.com/efa": str(held)}}}]}, "status": {"phase": "Running"}}]
+    path = tmp_path / "cluster.json"
+    items = [node("node-a"), node("node-b"), *(pods if held else [])]
+    path.write_text(json.dumps({"kind": "List", "items": items}))
+    return str(path)
+
+
+def test_plan_and_inventory_show_the_fabric(tmp_path: Path) -> None:
+    cluster = efa_cluster(tmp_path)
+    plan = run_json("plan", "--gpus", "14", "--cluster", cluster)
+    assert [(a["node"], a["gpus"], a.get("fabric")) for a in plan["allocation"]] == [
+        ("node-a", 8, {"vpc.amazonaws.com/efa": 4}), ("node-b", 6, {"vpc.amazonaws.com/efa": 3})]
+    table = run("plan", "--gpus", "14", "--cluster", cluster).output
+    assert "VPC.AMAZONAWS.COM/EFA" in table.splitlines()[1]
+    one_pod = run_json("plan", "--gpus", "8", "--cluster", cluster)  # crosses no node: no device
+    assert [a.get("fabric") for a in one_pod["allocation"]] == [None]
+    tcp = run_json("plan", "--gpus", "14", "--cluster", cluster, "--fabric-resource", "none")
+    assert all("fabric" not in a for a in tcp["allocation"])
+    rows = run_json("inventory", "--cluster", efa_cluster(tmp_path, held=3))
+    assert [(r["node"], r["fabric"]["free"], r["fabric"]["offered"]) for r in rows] == [
+        ("node-a", 4, 8), ("node-b", 1, 3)]
+    refused = run("plan", "--gpus", "16", "--cluster", efa_cluster(tmp_path, held=3))
+    assert refused.exit_code == 3
+    assert "node-b offers 3 of 8 free GPU(s)" in refused.output

@@ -10,6 +10,7 @@ import pytest
 
 from distributetrain.errors import EXIT_USAGE, InvalidInput
 from distributetrain.naming import DEFAULT_COMMAND
+from distributetrain.placement import fabric
 from distributetrain.placement.tolerations import Toleration
 from distributetrain.request.fieldparsers import MAX_GPUS, parse_duration
 from distributetrain.request.jobspec import FIELD, JobSpec, ManagerIdentity
@@ -33,6 +34,7 @@ def test_defaults() -> None:
     assert (s.gpus, s.image, s.job_name, s.namespace) == (6, IMAGE, "distributetrain", "default")
     assert s.command == DEFAULT_COMMAND
     assert s.resource == "nvidia.com/gpu" and s.ssh_port == 2222
+    assert s.fabric_resource == fabric.AUTO_REQUEST and str(s.fabric_resource) == "auto"
     assert s.keep_chief and s.network_policy and s.transport == "gloo"
     assert s.all_tolerations() == (Toleration(key="nvidia.com/gpu", operator="Exists"),)
 
@@ -42,7 +44,8 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
     template.write_text("metadata:\n  annotations:\n    team: ml\n")
     env = {"DT_GPUS": "12", "DT_IMAGE": "train@sha256:" + "a" * 64, "DT_JOB_NAME": "resnet-12",
            "DT_NAMESPACE": "ml", "DT_COMMAND": "python3 /workspace/Train.py --epochs 3",
-           "DT_RESOURCE": "amd.com/gpu", "DT_TOLERATIONS": "dedicated=ml:NoSchedule,example.com/spot",
+           "DT_RESOURCE": "amd.com/gpu", "DT_FABRIC_RESOURCE": "rdma/ib=2",
+           "DT_TOLERATIONS": "dedicated=ml:NoSchedule,example.com/spot",
            "DT_NODE_SELECTOR": "gpu=a100,zone=z1", "DT_TOPOLOGY_KEY": "topology.kubernetes.io/zone",
            "DT_PLACEMENT_POLICY": "largest-first", "DT_SSH_PORT": "2022", "DT_SCHEDULE_TIMEOUT": "90s",
            "DT_START_TIMEOUT": "45m",
@@ -65,6 +68,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
     assert s == JobSpec(
         gpus=12, image="train@sha256:" + "a" * 64, job_name="resnet-12", namespace="ml",
         command=("python3", "/workspace/Train.py", "--epochs", "3"), resource="amd.com/gpu",
+        fabric_resource=fabric.Request("given", fabric.Fabric("rdma/ib", 2)),
         tolerations=(Toleration(key="dedicated", operator="Equal", value="ml", effect="NoSchedule"),
                      Toleration(key="example.com/spot", operator="Exists")),
         node_selector=(("gpu", "a100"), ("zone", "z1")), topology_key="topology.kubernetes.io/zone",

@@ -54,6 +54,8 @@ SSH_MOUNT = {"name": "ssh", "mountPath": "/etc/distributetrain/ssh", "readOnly":
 SHM_MOUNT = {"name": "dshm", "mountPath": "/dev/shm"}
 SSH_VOLUME = {"name": "ssh", "secret": {"secretName": "train-ssh", "defaultMode": 0o440}}
 SHM_VOLUME = {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+# the defaults every job pod gets (a template may override each by name), then the manager's own
+NCCL_ENV = [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"}]
 BASE_ENV = [{"name": "DT_JOB_NAME", "value": "train"}, {"name": "DT_SSH_PORT", "value": "2222"},
             {"name": "DT_SSH_DIR", "value": "/etc/distributetrain/ssh"}]
 ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled",
@@ -75,7 +77,7 @@ WORKER = {
     "spec": {**POD_SPEC_COMMON, "affinity": pinned("node-1"), "volumes": [SSH_VOLUME, SHM_VOLUME],
              "containers": [{
         "name": "worker", "image": IMAGE, "command": ["/usr/local/bin/distributetrain-entrypoint"],
-        "args": ["worker"], "env": BASE_ENV, "resources": resources(5),
+        "args": ["worker"], "env": [*NCCL_ENV, *BASE_ENV], "resources": resources(5),
         "volumeMounts": [SSH_MOUNT, SHM_MOUNT],
         "securityContext": RESTRICTED,
         "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
@@ -95,11 +97,12 @@ CHIEF = {
              "containers": [{
                  "name": "launcher", "image": IMAGE, "command": ["/usr/local/bin/distributetrain-entrypoint"],
                  "args": ["launcher", "--", "python3", "/opt/distributetrain/Train.py"],
-                 "env": [*BASE_ENV,
+                 "env": [*NCCL_ENV, *BASE_ENV,
                          {"name": "DT_HOSTFILE", "value": "/etc/distributetrain/hostfile/hostfile"},
                          {"name": "DT_NUM_PROCESSES", "value": "6"}, {"name": "DT_SLOTS", "value": "1"},
                          {"name": "DT_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                          {"name": "DT_POD_IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+                         {"name": "DT_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                          {"name": "DT_TRANSPORT", "value": "gloo"},
                          {"name": "DT_SSH_TIMEOUT", "value": "120"}],
                  "resources": resources(1),
@@ -275,8 +278,9 @@ def test_the_template_is_laid_under_and_the_managers_parts_over(tmp_path: Path) 
     assert pod_spec["securityContext"] == {**POD_SPEC_COMMON["securityContext"], "runAsUser": 2000}
     # the job container: ours by name, image, command; env and mounts joined; cpu the template's, memory ours
     assert (job["name"], job["image"], job["args"]) == ("worker", IMAGE, ["worker"])
-    # (DT_POD_ENV: the template's variables, which the worker passes to the ranks it hosts)
-    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, *BASE_ENV,
+    # the template's NCCL_DEBUG wins over the default; the default it does not set is added; (DT_POD_ENV: the
+    # template's variables, which the worker passes to the ranks it hosts)
+    assert job["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}, NCCL_ENV[1], *BASE_ENV,
                           {"name": "DT_POD_ENV", "value": "NCCL_DEBUG"}]
     assert job["volumeMounts"] == [{"name": "datasets", "mountPath": "/datasets", "readOnly": True},
                                    SSH_MOUNT, SHM_MOUNT]

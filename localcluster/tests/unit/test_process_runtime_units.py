@@ -361,3 +361,17 @@ def test_line_times_are_fixed_once_given() -> None:
     stamped = render(lines[:1], times, timestamps=True, since=None)
     assert stamped.endswith(b" a\n") and parse_time(stamped.split(b" ")[0].decode()) == times.times[0]
     assert format_time(1795317448 * 10**9 + 5) == b"2026-11-22T03:17:28.000000005Z"
+
+
+def test_a_download_added_from_a_url_is_not_a_build_context_file(tmp_path: Path) -> None:
+    (tmp_path / "app.sh").write_text("echo hi\n")
+    text = """\
+FROM scratch AS fetched
+ADD --checksum=sha256:0000000000000000000000000000000000000000000000000000000000000000 \\
+    https://example.com/tool.tar.gz /tool.tar.gz
+FROM ubuntu:22.04
+ADD https://example.com/other.tar.gz /opt/
+COPY app.sh /opt/app.sh
+"""
+    config = parse_dockerfile(text, name="x", dockerfile=tmp_path / "Dockerfile", context=tmp_path)
+    assert [(f.source.name, f.dest) for f in config.files] == [("app.sh", "/opt/app.sh")]

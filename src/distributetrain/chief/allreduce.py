@@ -8,7 +8,12 @@ names the pod), then all ranks together a few sizes, a few iterations each. NCCL
 Horovod was built with it and a GPU is visible), Gloo on the CPU. Bandwidths as nccl-tests reports them:
 algbw = bytes / time, busbw = algbw * 2(n-1)/n for an all-reduce over n ranks, in GB/s (10^9 bytes).
 
-The pure part (the lines, reading them back, the verdict) is used by the launcher; `main` needs Horovod and
+With a fabric (the chief's DT_FABRIC: efa or ib), the check also proves NCCL crossed nodes over it: every
+pod's NCCL must name the fabric's transport in its log (NET/OFI with libfabric's efa provider, or NET/IB),
+else the check fails naming the pod and its node (`fabric_verdict`). The bandwidth floor names the node of
+the slowest pod too; `Blame` is what a caller that re-plans around a bad node reads.
+
+The pure part (the lines, reading them back, the verdicts) is used by the launcher; `main` needs Horovod and
 TensorFlow, as in the base image.
 """
 
@@ -19,10 +24,11 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from distributetrain.hostfile import HostSlots
+from distributetrain.observe import chieflog
 
 MARKER = "dt-preflight"
 DEFAULT_SIZES = (1 << 20, 16 << 20, 64 << 20)
@@ -58,6 +64,7 @@ class Report:
     started_pair: str | None = None  # the pod of a pairwise measure that started and did not end
     backend: str = ""
     done: bool = False
+    hostnames: dict[int, str] = field(default_factory=dict)  # rank -> its pod's hostname (NCCL's HOST)
 
 
 def parse_size(text: str) -> int:
@@ -105,6 +112,8 @@ def read(lines: Iterable[str]) -> Report:
             if kind == "ready":
                 report.ready.add(int(fields["rank"]))
                 report.backend = fields.get("backend", report.backend)
+                if "host" in fields:
+                    report.hostnames[int(fields["rank"])] = fields["host"]
             elif kind == "pair" and "seconds" not in fields:
                 report.started_pair = fields["host"]
             elif kind == "pair":
@@ -125,27 +134,70 @@ def slowest(report: Report) -> Measure | None:
     return min(report.pairs, key=lambda m: m.busbw) if report.pairs else None
 
 
+def where(host: str, nodes: Mapping[str, str]) -> str:
+    """A pod's address with its node when known: `10.244.2.2 (node gpu-2)`."""
+    return f"{host} (node {nodes[host]})" if nodes.get(host) else host
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Why the check failed, and the pods (their hostfile addresses) and nodes it blames."""
+
+    why: str
+    pods: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
+def fabric_verdict(report: Report, networks: Mapping[str, chieflog.HostNet], *, hosts: Sequence[HostSlots],
+                   fabric: str, nodes: Mapping[str, str]) -> Blame | None:
+    """With the fabric `fabric` (efa, ib) asked for: every pod whose NCCL did not use it, named with its node;
+    None when each one did. `networks`: what NCCL's lines said per pod hostname (chieflog.read_networks)."""
+    blamed: list[tuple[str, str]] = []
+    for address, rank in first_ranks(hosts):
+        hostname = report.hostnames.get(rank, "")
+        net = networks.get(hostname.split(".")[0]) if hostname else None
+        if net is None or net.transport is None:
+            using = "NCCL" if report.backend == "NCCL" else (report.backend or "no backend")
+            why: str | None = (f"NCCL never said which network it uses (the check ran on {using}; "
+                               f"{chieflog.FABRIC_HINT[fabric]})")
+        else:
+            why = chieflog.fabric_mismatch(net, fabric)
+        if why:
+            name = f"pod {hostname} at " if hostname else "pod at "
+            blamed.append((address, f"{name}{where(address, nodes)}: {why}"))
+    if not blamed:
+        return None
+    pods = tuple(address for address, _ in blamed)
+    return Blame(f"the pre-flight all-reduce did not cross nodes over the fabric {fabric} on {len(blamed)} "
+                 f"pod(s): " + "; ".join(text for _, text in blamed), pods,
+                 tuple(sorted({nodes[a] for a in pods if nodes.get(a)})))
+
+
 def verdict(report: Report, *, hosts: Sequence[HostSlots], ranks: int, min_busbw: float | None,
-            timed_out: bool, exit_code: int) -> str | None:
-    """Why the check failed, naming the pod to blame; None when it passed."""
+            timed_out: bool, exit_code: int, nodes: Mapping[str, str] | None = None) -> str | None:
+    """Why the check failed, naming the pod to blame (and its node, from `nodes`: address -> node); None when
+    it passed."""
+    nodes = nodes or {}
     pods = first_ranks(hosts)
     if timed_out or exit_code or not report.done:
         how = "hung" if timed_out else f"failed (horovodrun exited with {exit_code})"
         missing = sorted({host for host, _ in _rank_hosts(hosts) if _ranks_of(hosts, host) - report.ready})
         if missing:
             return (f"the pre-flight all-reduce {how}: {len(missing)} pod(s) never started their ranks: "
-                    f"{', '.join(missing)} (unreachable from the chief, or Horovod could not start there)")
+                    f"{', '.join(where(m, nodes) for m in missing)} (unreachable from the chief, or Horovod "
+                    "could not start there)")
         if report.started_pair is not None:
-            return (f"the pre-flight all-reduce {how} between the chief and {report.started_pair}: that pod "
-                    "is unreachable on Horovod's ports or far too slow")
+            return (f"the pre-flight all-reduce {how} between the chief and "
+                    f"{where(report.started_pair, nodes)}: that pod is unreachable on Horovod's ports or far "
+                    "too slow")
         return (f"the pre-flight all-reduce {how} with every rank started, after "
                 f"{len(report.sweep)} of its sizes; pods: {', '.join(h for h, _ in pods)}")
     if min_busbw is not None and report.sweep:
         largest = max(report.sweep, key=lambda m: m.size)
         if largest.busbw < min_busbw:
             worst = slowest(report)
-            blame = (f"; the slowest pod is {worst.host} ({worst.busbw:.3g} GB/s to the chief)" if worst
-                     else "; every rank is in the chief's pod")
+            blame = (f"; the slowest pod is {where(str(worst.host), nodes)} ({worst.busbw:.3g} GB/s to the "
+                     "chief)" if worst else "; every rank is in the chief's pod")
             return (f"the pre-flight all-reduce over {ranks} ranks reached {largest.busbw:.3g} GB/s bus "
                     f"bandwidth at {size_text(largest.size)}, below --min-busbw {min_busbw:g} GB/s{blame}")
     return None

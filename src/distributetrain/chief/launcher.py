@@ -133,6 +133,17 @@ def with_host_env(command: Sequence[str]) -> list[str]:
     return ["sh", "-c", HOST_ENV_SHIM, "distributetrain-rank", *command]
 
 
+def read_nodes(path: Path) -> dict[str, str]:
+    """The hostfile ConfigMap's `IP NODE` lines (the manager writes them): each worker's node; none when the
+    file is not there (a manager of an earlier version)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    pairs = (line.split() for line in text.splitlines())
+    return {words[0]: words[1] for words in pairs if len(words) == 2}
+
+
 def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
     """Horovod fills hosts in hostfile order, every slot of one host before the next."""
     for h in hosts:
@@ -314,8 +325,11 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
                 identity_file=settings.identity_file, transport=settings.transport,
                 network_interface=settings.network_interface, start_timeout=settings.start_timeout,
                 command=preflight.command(hosts, sizes=settings.preflight_sizes, iterations=5))
+            nodes = read_nodes(settings.hostfile.parent / naming.NODES_KEY)
+            if settings.node_name:
+                nodes[settings.pod_ip] = settings.node_name
             preflight.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
-                               timeout=settings.preflight_timeout)
+                          timeout=settings.preflight_timeout, fabric=settings.fabric, nodes=nodes)
         if elastic is not None:
             child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form
 

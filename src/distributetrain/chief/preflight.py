@@ -1,6 +1,8 @@
 """The launcher's side of the pre-flight all-reduce check: run allreduce.py on every rank under horovodrun,
-bounded in time, echo its output into the chief's log, log the bandwidths and fail fast (PreflightFailed,
-exit 76) naming the pod to blame when it hung, failed or measured below --min-busbw.
+bounded in time, echo its output into the chief's log, log the bandwidths (and the network NCCL chose on each
+pod) and fail fast (PreflightFailed, exit 76) naming the pod to blame, and its node, when it hung, failed,
+crossed nodes off the job's fabric or measured below --min-busbw. The ranks run it with NCCL_DEBUG=INFO
+whatever the pod template says: NCCL's network lines are what proves the fabric.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from types import FrameType
 from distributetrain.chief import allreduce
 from distributetrain.errors import PreflightFailed
 from distributetrain.hostfile import HostSlots
+from distributetrain.observe import chieflog
 
 log = logging.getLogger("distributetrain.chief.launcher")
 KILL_GRACE = 10.0
+# NCCL's network lines (chieflog) must be in the check's output, whatever the pod template set
+NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int) -> list[str]:
@@ -31,18 +36,38 @@ def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int) -> list[
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], *, hosts: Sequence[HostSlots], ranks: int,
-        min_busbw: float | None, timeout: float) -> allreduce.Report:
-    """Run the sweep (`argv`: horovodrun with `command`); raise PreflightFailed naming the pod to blame."""
+        min_busbw: float | None, timeout: float, fabric: str | None = None,
+        nodes: Mapping[str, str] | None = None) -> allreduce.Report:
+    """Run the sweep (`argv`: horovodrun with `command`); raise PreflightFailed naming the pod to blame and
+    its node (`nodes`: pod address -> node). `fabric` (efa, ib): every pod's NCCL must cross nodes over it."""
+    nodes = nodes or {}
     started = time.monotonic()
-    log.info("pre-flight all-reduce check over %d ranks (at most %gs; --no-preflight skips it)", ranks,
-             timeout)
-    code, lines, timed_out = _bounded(argv, env, timeout)
+    log.info("pre-flight all-reduce check over %d ranks (at most %gs; --no-preflight skips it)%s", ranks,
+             timeout, f"; NCCL must use the fabric {fabric}" if fabric else "")
+    code, lines, timed_out = _bounded(argv, {**env, **NCCL_LOG_ENV}, timeout)
     report = allreduce.read(lines)
     for text in allreduce.summary(report):
         log.info("%s", text)
-    why = allreduce.verdict(report, hosts=hosts, ranks=ranks, min_busbw=min_busbw, timed_out=timed_out,
-                            exit_code=code)
+    networks = chieflog.read_networks(lines)
+    if networks:
+        log.info("pre-flight NCCL networks: %s", ", ".join(f"{host} {net.text()}"
+                                                            for host, net in sorted(networks.items())))
+    blame: allreduce.Blame | None = None
+    why = allreduce.verdict(report, hosts=hosts, ranks=ranks, min_busbw=None, timed_out=timed_out,
+                            exit_code=code, nodes=nodes)
+    if why is None and fabric:
+        blame = allreduce.fabric_verdict(report, networks, hosts=hosts, fabric=fabric, nodes=nodes)
+    if why is None and blame is None:
+        why = allreduce.verdict(report, hosts=hosts, ranks=ranks, min_busbw=min_busbw, timed_out=timed_out,
+                                exit_code=code, nodes=nodes)
+        slowest = allreduce.slowest(report)
+        if why is not None and slowest is not None and slowest.host:
+            node = nodes.get(slowest.host, "")
+            blame = allreduce.Blame(why, (slowest.host,), (node,) if node else ())
     log.info("pre-flight took %.1fs", time.monotonic() - started)
+    if blame is not None:
+        log.error("%s", chieflog.preflight_blamed(chieflog.PreflightBlame(blame.nodes, blame.pods)))
+        why = blame.why
     if why:
         raise PreflightFailed(f"{why}; the training was not started")
     return report

@@ -13,6 +13,7 @@ from distributetrain import naming
 from distributetrain.chief import allreduce, relaunch
 from distributetrain.errors import InvalidInput
 from distributetrain.naming import DEFAULT_COMMAND, TRANSPORTS
+from distributetrain.placement import fabric
 from distributetrain.request import fieldparsers
 
 
@@ -37,6 +38,8 @@ class Settings:
     min_busbw: float | None = None     # GB/s its bus bandwidth must reach; turns the check on
     preflight_timeout: float = 120.0
     preflight_sizes: str = "1M,16M,64M"
+    fabric: str | None = None          # efa or ib: the pre-flight fails a pod whose NCCL does not use it
+    node_name: str = ""                # this pod's node (the downward API's spec.nodeName)
     recovery: relaunch.RecoverySettings = field(default_factory=relaunch.RecoverySettings)  # elastic, restart
     # a gang made at once (the manager's groupstart.py): how long to wait for the workers in the hostfile
     hostfile_wait: float = 0.0
@@ -124,6 +127,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     parser.add_argument("--hostfile-wait", default=env.get(naming.ENV_HOSTFILE_WAIT) or "0",
                         help="wait this long for the manager to write the workers into the hostfile (a gang "
                              "created at once); 0: it is complete when the chief starts")
+    parser.add_argument("--fabric", choices=fabric.KINDS, default=env.get(naming.ENV_FABRIC) or None,
+                        help="the fabric the pods cross nodes over: the pre-flight fails a pod whose NCCL "
+                             "does not use it")
+    parser.add_argument("--node-name", default=env.get(naming.ENV_NODE_NAME) or "",
+                        help="this pod's node, which the pre-flight names when it blames this pod")
     relaunch.add_arguments(parser, env)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help=f"the training command (after `--`); default: {shlex.join(DEFAULT_COMMAND)}")
@@ -148,6 +156,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         start_timeout=parse_duration(args.start_timeout, name="start timeout"), command=command,
         preflight=bool(args.preflight or args.min_busbw is not None), min_busbw=args.min_busbw,
         preflight_timeout=parse_duration(args.preflight_timeout, name="pre-flight timeout"),
-        preflight_sizes=args.preflight_sizes, recovery=relaunch.settings_from(args),
+        preflight_sizes=args.preflight_sizes, fabric=args.fabric, node_name=args.node_name,
+        recovery=relaunch.settings_from(args),
         hostfile_wait=parse_duration(args.hostfile_wait, name="hostfile wait"),
     )

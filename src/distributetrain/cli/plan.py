@@ -10,6 +10,7 @@ import click
 
 from distributetrain.cli.options import field_option
 from distributetrain.errors import CannotPlace, Forbidden, InvalidInput
+from distributetrain.placement import fabric as fabrics
 from distributetrain.placement import fit
 from distributetrain.placement import inventory as inv
 from distributetrain.placement.clusterfiles import read_cluster_files
@@ -26,8 +27,8 @@ _CLUSTER_HELP = ("A file of nodes and pods, as `kubectl get nodes,pods -A -o jso
 # The request's fields that decide whether a job pod fits a node, besides the GPU count, topology and policy:
 # both commands judge nodes by the very pods `run` would create from them (manifests.pod_demand), so a
 # preview and a run cannot disagree.
-POD_SHAPE_FIELDS = ("resource", "tolerations", "node_selector", "cpu_per_gpu", "memory_per_gpu", "shm_size",
-                    "pod_template", "worker_template", "chief_template")
+POD_SHAPE_FIELDS = ("resource", "fabric_resource", "tolerations", "node_selector", "cpu_per_gpu",
+                    "memory_per_gpu", "shm_size", "pod_template", "worker_template", "chief_template")
 # `image` is required of a request but decides nothing about placement: a preview stands in this one
 PREVIEW_IMAGE = "distributetrain/preview:plan"
 
@@ -76,8 +77,15 @@ def _rows(spec: JobSpec, cluster_files: Sequence[str], kubeconfig: str | None, c
     else:
         nodes, pods = _read_live(kubeconfig, context)
     if to_place:
-        return fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus)
-    return inv.inventory(nodes, pods, resource=spec.resource, demands=demands)
+        return fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus,
+                          fabric=spec.fabric_resource, claimed=spec.template_resources())
+    fabric = fabrics.resolve(spec.fabric_resource, nodes, gpu_resource=spec.resource,
+                             claimed=spec.template_resources())
+    return inv.inventory(nodes, pods, resource=spec.resource, demands=demands, fabric=fabric)
+
+
+def _notes(row: inv.NodeGpus) -> str:
+    return "; ".join(n for n in (row.note, row.fabric.note if row.fabric else None) if n)
 
 
 class _GpuCount(click.IntRange):
@@ -125,14 +133,26 @@ def inventory_command(cluster_files: tuple[str, ...], as_json: bool, kubeconfig:
     if as_json:
         click.echo(json.dumps([row.to_json() for row in rows], indent=2))
         return
-    click.echo(_table(["NODE", "ALLOCATABLE", "REQUESTED", "FREE", "ELIGIBLE", "REASON"],
-                      [(r.node, r.allocatable, r.requested, r.free, "yes" if r.eligible else "no",
-                        r.reason or r.note) for r in rows]))
+    fabric = fit.fabric_of(rows)
+    if fabric is None:
+        click.echo(_table(["NODE", "ALLOCATABLE", "REQUESTED", "FREE", "ELIGIBLE", "REASON"],
+                          [(r.node, r.allocatable, r.requested, r.free, "yes" if r.eligible else "no",
+                            r.reason or r.note) for r in rows]))
+    else:
+        click.echo(_table(["NODE", "ALLOCATABLE", "REQUESTED", "FREE", "FABRIC FREE", "FREE WITH FABRIC",
+                           "ELIGIBLE", "REASON"],
+                          [(r.node, r.allocatable, r.requested, r.free,
+                            f"{r.fabric.free}/{r.fabric.allocatable}" if r.fabric else "",
+                            r.fabric.offered if r.fabric else "", "yes" if r.eligible else "no",
+                            r.reason or _notes(r)) for r in rows]))
     free = inv.free_gpus(rows)
     largest = min(free.items(), key=lambda item: (-item[1], item[0]), default=None)
     where = f" (largest: {largest[0]} with {largest[1]})" if largest else ""
     total = sum(free.values())
     click.echo(f"\n{len(free)} of {len(rows)} node(s) eligible; {total} {resource} free on them{where}.")
+    if fabric is not None:
+        click.echo(f"Fabric {fabric}: pods that cross nodes request it with their GPUs; FREE WITH FABRIC is "
+                   "what a pod can take with its share (--fabric-resource none: TCP).")
 
 
 def _parse_free(items: Sequence[str]) -> dict[str, int]:
@@ -159,6 +179,7 @@ def _plan_json(result: Plan, resource: str, topology_key: str | None) -> dict[st
         "topology_key": topology_key,
         "domains": list(result.domains),
         "allocation": [{"node": e.node, "gpus": e.gpus, "role": role}
+                       | ({"fabric": {e.fabric.resource: e.fabric.devices}} if e.fabric else {})
                        for e, role in zip(result.allocation, roles, strict=True)],
         "free_after": dict(sorted(result.free_after.items())),
     }
@@ -169,10 +190,11 @@ def _plan_text(result: Plan, resource: str) -> str:
     title = f"Plan for {result.requested} {resource} (policy {result.policy}): {result.nodes_spanned} node(s)"
     if result.domains:
         title += f" in {len(result.domains)} domain(s): {', '.join(result.domains)}"
-    lines = [title,
-             _table(["ROLE", "NODE", "GPUS", "FREE AFTER"],
-                    [(role, e.node, e.gpus, result.free_after[e.node])
-                     for e, role in zip(result.allocation, roles, strict=True)])]
+    fabric = next((e.fabric.resource for e in result.allocation if e.fabric), None)
+    header = ["ROLE", "NODE", "GPUS", *([fabric.upper()] if fabric else []), "FREE AFTER"]
+    rows = [(role, e.node, e.gpus, *([e.fabric.devices if e.fabric else 0] if fabric else []),
+             result.free_after[e.node]) for e, role in zip(result.allocation, roles, strict=True)]
+    lines = [title, _table(header, rows)]
     blocks = sorted(result.free_after.values(), reverse=True)
     shown = ", ".join(map(str, blocks[:8])) + (", ..." if len(blocks) > 8 else "")
     lines.append(f"Free blocks left on eligible nodes, largest first: {shown or 'none'}")
@@ -221,7 +243,9 @@ def plan_command(gpus: int, free_items: tuple[str, ...], topology_key: str | Non
             result = plan(_parse_free(free_items), gpus, policy=policy)
         else:
             rows = _rows(spec, cluster_files, kubeconfig, context, to_place=True)
-            result = fit.place(rows, gpus, policy=spec.placement_policy, topology_key=spec.topology_key)
+            # a preview of a whole job: one that fits in one pod crosses no node and takes no fabric devices
+            result = fit.place(rows, gpus, policy=spec.placement_policy, topology_key=spec.topology_key,
+                               one_pod_fabric=False)
     except InsufficientGpus as err:
         detail = f"\n{fit.excluded_text(rows)}" if rows else ""
         raise CannotPlace(f"{err}.{detail}") from err

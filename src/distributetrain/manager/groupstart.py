@@ -223,9 +223,11 @@ class GroupStart:
 
     def _write_hostfile(self, name: str, workers: list[Pod]) -> None:
         hosts = [HostSlots(str(podstatus.pod_ipv4(w)), podstatus.gpus(w)) for w in workers]
+        pairs = list(zip(hosts, workers, strict=True))
+        # `nodes`: the chief's pre-flight names the node of a pod it blames
         body = manifests.hostfile_configmap(self.spec, hosts, owner=self.pre.owner, mutable=True,
-                                            names={h.host: podstatus.name(w) for h, w in zip(
-                                                hosts, workers, strict=True)})
+                                            names={h.host: podstatus.name(w) for h, w in pairs},
+                                            nodes={h.host: str(podstatus.node(w)) for h, w in pairs})
         written = self.kube.patch("configmaps", self.spec.namespace, name, {"data": body["data"]})
         lines = joblog.hostfile_text(hosts) or "(no workers)"
         self.reporter.say(f"hostfile ConfigMap {name} written: {lines}; the chief's launcher reads it once "

@@ -334,7 +334,7 @@ class Keeper:
             self._look_later(now, short > 0)
             return
         why = "replace the lost worker(s)" if short > 0 else f"grow toward {self.recovery.maximum}"
-        split = ", ".join(f"{e.gpus} on {e.node}" for e in plan.allocation)
+        split = ", ".join(joblog.entry_text(e) for e in plan.allocation)
         self.reporter.say(f"plan to {why}: {add} GPU(s) as {split}")
         for entry in plan.allocation:
             self._create_worker(entry)

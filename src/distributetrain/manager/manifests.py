@@ -4,7 +4,9 @@ The contract with the base image (base-image/) is the entrypoint, its two modes,
 DT_* environment variables, all named in naming.py: a worker runs sshd on the job's port, the chief runs the
 launcher. Job pods start from the user's pod template (podtemplate.py lays the manager's parts on it), run as
 the image's non-root user with no capability and no privilege escalation (Pod Security "restricted"), request
-cpu and memory per GPU (never BestEffort) and get a memory-backed /dev/shm.
+cpu and memory per GPU (never BestEffort) and get a memory-backed /dev/shm. A pod that talks across nodes
+over a fabric requests the plan's share of the node's fabric devices with its GPUs (planner.Entry.fabric)
+and gets the fabric's NCCL and libfabric settings as defaults the template may override (`fabric_env`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from distributetrain import hostfile, naming
 from distributetrain.manager.sshkeys import KeyPair
-from distributetrain.placement import namespacefit
+from distributetrain.placement import fabric, namespacefit
 from distributetrain.placement.inventory import PodDemand
 from distributetrain.placement.namespacefit import NamespacePolicies
 from distributetrain.placement.planner import Entry
@@ -40,6 +42,15 @@ GRACE_SECONDS = 60
 # what the chief's Horovod and launcher wait beyond the manager's --replace-timeout, so that the manager, who
 # knows why, is the one that gives up: a kubelet's ConfigMap refresh (up to about 90 s) and a worker's start
 RECOVERY_MARGIN = 180
+# NCCL's init and network lines name the transport it chose (NET/OFI, NET/IB, NET/Socket), which the manager
+# reports (observe/chieflog.py) and the pre-flight checks; INIT,NET keeps them to about a dozen per rank.
+# A template that sets NCCL_DEBUG=WARN (after a first run proved the fabric) quiets them.
+NCCL_DEBUG_ENV = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"))
+# EFA through libfabric: the efa provider only, so a pod without its device fails over to NCCL's own socket
+# transport, which the pre-flight names, rather than libfabric's tcp provider. FI_EFA_USE_DEVICE_RDMA is not
+# set: aws-ofi-nccl >= 1.7 with libfabric >= 1.18 (the base image's) enable RDMA where the instance has it,
+# and forcing it on an EFA instance without RDMA read fails (aws/aws-ofi-nccl doc/efa-env-var.md).
+FABRIC_ENV = {fabric.EFA: (("FI_PROVIDER", "efa"),), fabric.IB: ()}
 # where a cluster's DNS answers, for a job whose egress is restricted: kube-dns (or CoreDNS under its label)
 # on port 53, NodeLocal DNSCache on its link-local address (the kubelet's --cluster-dns there), and
 # OpenShift's DNS operator's pods, which listen on 5353 behind the dns-default Service's 53
@@ -142,13 +153,16 @@ def placeholder_hostfile(spec: JobSpec, workers: Iterable[tuple[str, int]], *,
 
 def hostfile_configmap(spec: JobSpec, workers: Iterable[hostfile.HostSlots], *,
                        owner: ManagerIdentity | None, names: Mapping[str, str] | None = None,
-                       mutable: bool = False) -> dict[str, Any]:
+                       mutable: bool = False, nodes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The workers' `IP slots=N` lines, sorted; the launcher in the chief adds its own line. A job that
     survives lost workers (spec.recovery) also gets `names` (`IP POD`, from `names`: address -> pod), and its
     ConfigMap is not immutable: the manager keeps it current (keeper.py). `mutable`: a gang made at once
-    (groupstart.py) gets it empty first and its lines once the workers run."""
+    (groupstart.py) gets it empty first and its lines once the workers run. `nodes` (address -> node): the
+    `IP NODE` lines by which the chief's pre-flight names the node of a pod it blames."""
     workers = list(workers)
     made = _hostfile_object(spec, hostfile.render(workers), hostnames_text(workers, names or {}), owner)
+    if nodes:
+        made["data"][naming.NODES_KEY] = "".join(f"{ip} {nodes[ip]}\n" for ip in sorted(nodes))
     if mutable:
         made["immutable"] = False
     return made
@@ -340,8 +354,15 @@ def pinned_to(node: str) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
+def fabric_env(entry: Entry) -> list[dict[str, str]]:
+    """The NCCL settings every job pod gets, and its fabric's (the template may override each)."""
+    pairs = NCCL_DEBUG_ENV + (FABRIC_ENV[entry.fabric.kind] if entry.fabric is not None else ())
+    return [{"name": name, "value": value} for name, value in pairs]
+
+
+def _defaults(spec: JobSpec, entry: Entry) -> dict[str, Any]:
     """What the pod template may override: see podtemplate.py."""
+    gpus = entry.gpus
     pod_spec: dict[str, Any] = {
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": GRACE_SECONDS,
@@ -349,8 +370,9 @@ def _defaults(spec: JobSpec, gpus: int) -> dict[str, Any]:
         "securityContext": {"runAsNonRoot": True, "runAsUser": naming.IMAGE_UID,
                             "runAsGroup": naming.IMAGE_GID, "fsGroup": naming.IMAGE_GID,
                             "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"resources": _default_resources(spec, gpus), "securityContext": {
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+        "containers": [{"resources": _default_resources(spec, gpus), "env": fabric_env(entry),
+                        "securityContext": {"allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"]}}}],
     }
     if not spec.service_account:
         pod_spec["automountServiceAccountToken"] = False  # job pods never talk to the API
@@ -367,6 +389,8 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
          annotations: Mapping[str, str] | None = None, policies: NamespacePolicies | None = None,
          gang: Gang | None = None) -> dict[str, Any]:
     share = {spec.resource: str(entry.gpus)}
+    if entry.fabric is not None:
+        share[entry.fabric.resource] = str(entry.fabric.devices)
     container = {**container, "image": spec.image, "command": [naming.ENTRYPOINT_PATH],
                  "resources": {"requests": dict(share), "limits": dict(share)}}
     if spec.image_pull_policy:
@@ -394,7 +418,7 @@ def _pod(spec: JobSpec, name: str, role: str, entry: Entry, container: dict[str,
                                   labels=gang.labels() if gang else None,
                                   controller=gang is None or gang.queue is None),
              "spec": pod_spec}
-    pod = podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry.gpus), owned=owned)
+    pod = podtemplate.merge(spec.template_for(role), defaults=_defaults(spec, entry), owned=owned)
     # fitted to the namespace: limit = request where a LimitRange default or a limits.* quota would decide
     # it, no fixed uid where OpenShift assigns one (namespacefit.py)
     return namespacefit.shape(pod, policies, image_uid=naming.IMAGE_UID) if policies is not None else pod
@@ -469,6 +493,7 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
            {"name": naming.ENV_SLOTS, "value": str(entry.gpus)},
            {"name": naming.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
            {"name": naming.ENV_POD_IPS, "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+           {"name": naming.ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
            {"name": naming.ENV_TRANSPORT, "value": spec.transport},
            {"name": naming.ENV_SSH_TIMEOUT, "value": f"{spec.ssh_timeout:g}"}]
     if spec.network_interface:
@@ -477,6 +502,8 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
         env.append({"name": naming.ENV_PREFLIGHT, "value": "true"})
     if spec.min_busbw is not None:
         env.append({"name": naming.ENV_MIN_BUSBW, "value": f"{spec.min_busbw:g}"})
+    if entry.fabric is not None:  # the pre-flight proves NCCL uses it
+        env.append({"name": naming.ENV_FABRIC, "value": entry.fabric.kind})
     env += _recovery_env(spec)
     if gang is not None:  # it runs before its workers' addresses are known: the hostfile comes later
         env.append({"name": naming.ENV_HOSTFILE_WAIT, "value": f"{gang.hostfile_wait:g}"})

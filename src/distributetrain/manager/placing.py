@@ -41,7 +41,8 @@ def survey(kube: Kube, spec: JobSpec, *, demands: Sequence[PodDemand],
         raise InvalidInput(checks.ipv6_message(why))
     with gateway.gc_paused():
         rows = fit.survey(nodes, pods, resource=spec.resource, demands=demands, job_gpus=spec.gpus,
-                          resource_known=resource_known)
+                          resource_known=resource_known, fabric=spec.fabric_resource,
+                          claimed=spec.template_resources())
     del nodes, pods  # a cluster's worth of dicts: free them before the job runs for hours
     return rows
 

@@ -137,8 +137,9 @@ class PreTraining:
                 hosts = [HostSlots(str(podstatus.pod_ipv4(ready[n])), podstatus.gpus(ready[n]))
                          for n in names]
                 pods_by_ip = {str(podstatus.pod_ipv4(ready[n])): n for n in names}
+                nodes_by_ip = {ip: podstatus.node(ready[n]) or "" for ip, n in pods_by_ip.items()}
                 hostfile = self._create(manifests.hostfile_configmap(spec, hosts, owner=self.owner,
-                                                                     names=pods_by_ip))
+                                                                     names=pods_by_ip, nodes=nodes_by_ip))
                 self.reporter.say(f"hostfile ConfigMap {hostfile['metadata']['name']} written: "
                                   f"{joblog.hostfile_text(hosts) or '(no workers)'}")
                 self.reporter.hostfile_written(hostfile, hosts)
@@ -250,7 +251,8 @@ class PreTraining:
                 shown = table
             try:
                 plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
-                                 topology_key=spec.topology_key)
+                                 topology_key=spec.topology_key,
+                                 one_pod_fabric=spec.recovery == naming.RECOVERY_ELASTIC)
                 fit.check_namespace(self.gang(plan), self.policies, network_policy=spec.network_policy)
             except CannotPlace as err:
                 if self.clock() + interval > wait_until:
@@ -260,7 +262,7 @@ class PreTraining:
                 self._sleep(self._bounded(interval))
                 interval = min(GPU_WAIT_MAX_INTERVAL, interval * 2)
                 continue
-            split = ", ".join(f"{e.gpus} on {e.node}" for e in plan.allocation)
+            split = ", ".join(joblog.entry_text(e) for e in plan.allocation)
             self.reporter.say(f"plan (attempt {attempt + 1}): {spec.gpus} GPU(s) as {split}; chief "
                               f"{plan.chief.gpus} on {plan.chief.node}")
             if self.claim is not None:

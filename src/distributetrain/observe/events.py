@@ -37,6 +37,7 @@ TRAINING_FAILED = "TrainingFailed"
 JOB_FAILED = "JobFailed"
 CLEANED_UP = "CleanedUp"
 RESTARTED = "Restarted"
+NCCL_TRANSPORT = "NcclTransport"
 
 
 @dataclass(frozen=True)

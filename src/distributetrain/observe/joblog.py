@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
 from distributetrain.placement.inventory import NodeGpus
+from distributetrain.placement.planner import Entry
 
 # a 1,000-node cluster must not flood the log: beyond this many nodes, the ones with the most free GPUs
 INVENTORY_ROWS = 20
@@ -98,6 +99,14 @@ def inventory_lines(rows: Sequence[NodeGpus], *, resource: str, limit: int = INV
     allocatable = sum(r.allocatable for r in rows)
     lines = [f"inventory: {len(rows)} node(s), {len(eligible)} eligible; {free} of {allocatable} "
              f"{resource} free on eligible nodes"]
+    rooms = [r.fabric for r in eligible if r.fabric is not None]
+    if rooms:
+        fabric = rooms[0].fabric
+        share = (f"{fabric.per_pod} per pod" if fabric.per_pod is not None
+                 else "in proportion to each pod's GPUs")
+        lines.append(f"fabric: {fabric.resource} ({fabric.kind}), {sum(r.free for r in rooms)} of "
+                     f"{sum(r.allocatable for r in rooms)} free on eligible nodes; pods that cross nodes "
+                     f"request it {share}; {sum(r.offered for r in rooms)} GPU(s) free with it")
     shown = list(rows)
     if len(rows) > limit:
         shown = sorted(eligible, key=lambda r: (-r.offered, r.node))[:limit]
@@ -119,7 +128,15 @@ def _verdict(row: NodeGpus) -> str:
     """`yes`, `yes: 2 of 5: worker needs 48Gi memory for 3 GPUs, 40Gi free`, or `no: why`."""
     if not row.eligible:
         return f"no: {row.reason}"
-    return f"yes: {row.note}" if row.note else "yes"
+    notes = [n for n in (row.note, row.fabric.note if row.fabric is not None else None) if n]
+    return f"yes: {'; '.join(notes)}" if notes else "yes"
+
+
+def entry_text(entry: Entry) -> str:
+    """`6 on node-1`, with a fabric `6 on node-1 with 3 vpc.amazonaws.com/efa`."""
+    if entry.fabric is None:
+        return f"{entry.gpus} on {entry.node}"
+    return f"{entry.gpus} on {entry.node} with {entry.fabric.devices} {entry.fabric.resource}"
 
 
 def gpus_text(count: int) -> str:

@@ -55,6 +55,8 @@ class JobState:
     first_step_at: float | None = None
     progress: Progress | None = None
     exit_code: int | None = None
+    fabric: str = ""                   # the fabric kind the plan's pods cross nodes over (efa, ib); "" TCP
+    transports: tuple[tuple[str, str], ...] = ()  # (pod, the transport NCCL chose there), as first reported
 
     @property
     def held(self) -> int:
@@ -113,6 +115,13 @@ def without_pods(state: JobState, names: Iterable[str] | None = None) -> JobStat
     return dataclasses.replace(state, pods=tuple(p for p in state.pods if p.name not in gone))
 
 
+def with_transport(state: JobState, host: str, transport: str) -> JobState:
+    """NCCL on pod `host` named its transport (the first it names is kept)."""
+    if any(h == host for h, _ in state.transports):
+        return state
+    return dataclasses.replace(state, transports=(*state.transports, (host, transport)))
+
+
 def with_progress(state: JobState, report: Progress, now: float) -> JobState:
     """The training reported progress: the first report with a step is the first training step."""
     first = state.first_step_at
@@ -166,11 +175,12 @@ def loads(text: str) -> JobState:
         data = json.loads(text)
         pods = tuple(PodState(**p) for p in data.pop("pods"))
         reached = tuple((str(n), float(t)) for n, t in data.pop("reached"))
+        transports = tuple((str(h), str(t)) for h, t in data.pop("transports", ()))
         report = data.pop("progress")
         if report is not None:
             report["extra"] = tuple((str(k), float(v)) for k, v in report["extra"])
             report = Progress(**report)
-        return JobState(pods=pods, reached=reached, progress=report, **data)
+        return JobState(pods=pods, reached=reached, progress=report, transports=transports, **data)
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as err:
         raise ValueError(f"not a job state: {err}") from err
 

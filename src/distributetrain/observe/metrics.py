@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -76,6 +77,16 @@ def families(state: JobState) -> list[Metric]:
     out += gauge("exit_code", "The job's exit code, once it ended",
                  None if state.exit_code is None else float(state.exit_code))
     out += _progress(state, gauge)
+    if state.transports:
+        transport = GaugeMetricFamily(PREFIX + "nccl_transport",
+                                      "Pods whose NCCL uses this transport (NET/OFI, NET/IB, NET/Socket), "
+                                      "from NCCL's log; `fabric`: the one the job asked for (efa, ib; empty: "
+                                      "TCP)",
+                                      labels=[*keys, "transport", "fabric"])
+        counts = Counter(t for _, t in state.transports)
+        for name, count in sorted(counts.items()):
+            transport.add_metric([*job, name, state.fabric], float(count))
+        out.append(transport)
     return out
 
 

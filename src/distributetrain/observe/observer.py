@@ -24,7 +24,7 @@ from distributetrain import podstatus
 from distributetrain.errors import Interrupted
 from distributetrain.hostfile import HostSlots
 from distributetrain.kube.gateway import Kube
-from distributetrain.observe import events, joblog, jobstate, progress
+from distributetrain.observe import chieflog, events, joblog, jobstate, progress
 from distributetrain.observe.events import ObjectRef
 from distributetrain.observe.jobstate import JobState
 from distributetrain.observe.publisher import Publisher
@@ -69,6 +69,7 @@ class Observer(joblog.Reporter):
         self._why = ""          # why the last gang did not start: the re-plan's Event says it
         self._hook_failed = False
         self._sequence = itertools.count(1)  # the follower's thread records events too
+        self._networks = chieflog.NetworksSeen()  # NCCL's network lines per pod, from the chief's log
         target = manager.ref(state.namespace)[:3] if manager is not None else None
         self.publisher = Publisher(kube, say=self.say, target=target, state_file=state_file,
                                    patch_interval=patch_interval)
@@ -86,12 +87,13 @@ class Observer(joblog.Reporter):
         if not isinstance(plan, Plan):
             return
         split = jobstate.plan_text([(e.node, e.gpus) for e in plan.allocation], plan.chief.node)
+        kind = next((e.fabric.kind for e in plan.allocation if e.fabric is not None), "")
         text = (f"{self.state.gpus} GPU(s) as {', '.join(f'{e.gpus} on {e.node}' for e in plan.allocation)}; "
                 f"chief {plan.chief.gpus} on {plan.chief.node}")
         with self._state_lock:
             self.state = jobstate.enter(self.state, jobstate.PLANNING, self._clock())
             replans = self.state.replans + (1 if attempt else 0)
-            self.state = jobstate.replace(self.state, plan=split, replans=replans)
+            self.state = jobstate.replace(self.state, plan=split, replans=replans, fabric=kind)
         if attempt:
             self._job_event(events.REPLANNED, f"attempt {attempt + 1}: {text}; the previous gang did not "
                                               f"start: {self._why or 'see the manager log'}")
@@ -172,6 +174,10 @@ class Observer(joblog.Reporter):
 
     @_never_raises
     def _read_chief_line(self, line: bytes) -> None:
+        net = chieflog.parse_nccl_net(line)
+        if net is not None:
+            self._nccl_network(net)
+            return
         report = progress.parse(line)
         launched = report is None and progress.LAUNCHED.match(line) is not None
         if report is None and not launched:
@@ -188,6 +194,27 @@ class Observer(joblog.Reporter):
             self._job_event(events.TRAINING_STARTED, f"the chief's launcher started the training over "
                                                      f"{state.gpus} process(es)")
         self._publish(urgent=state.phase != before.phase)
+
+    def _nccl_network(self, net: chieflog.NcclNet) -> None:
+        """NCCL named its transport on a pod: said once per pod in the log, an Event per transport (a Warning
+        when it is not the fabric the job asked for), and the metric's label."""
+        with self._state_lock:
+            seen = self._networks.add(net)
+            if seen.transport is None or any(h == seen.host for h, _ in self.state.transports):
+                return
+            first = all(t != seen.transport for _, t in self.state.transports)
+            self.state = jobstate.with_transport(self.state, seen.host, seen.transport)
+            kind = self.state.fabric
+        mismatch = chieflog.fabric_mismatch(seen, kind) if kind else None
+        asked = f"the fabric {kind} was asked" if kind else "no fabric was asked (TCP)"
+        self.say(f"NCCL transport on pod {seen.host}: {seen.text()}; {asked}"
+                 + (f"; {mismatch}" if mismatch else ""))
+        if first or mismatch:
+            self._job_event(events.NCCL_TRANSPORT,
+                            f"NCCL chose {seen.text()} on pod {seen.host}; {asked}"
+                            + (f": {mismatch}" if mismatch else ""),
+                            type=events.WARNING if mismatch else events.NORMAL)
+        self._publish(urgent=False)
 
     @_never_raises
     def pod_failed(self, pod: Mapping[str, Any] | None, why: str) -> None:

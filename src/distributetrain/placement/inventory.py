@@ -17,6 +17,10 @@ resource) give one job pod at most 1: two ranks on replicas of one physical GPU 
 refuse the communicator ("Duplicate GPU detected"). MIG devices behind `nvidia.com/gpu` (the single
 strategy: `nvidia.com/gpu.product` names a MIG profile; on GKE `cloud.google.com/gke-gpu-partition-size`)
 are not eligible for a multi-GPU job: NCCL does not support MIG (NVIDIA/nccl#1716).
+
+With a fabric (fabric.py: EFA or InfiniBand/RoCE devices requested beside the GPUs), each row also counts
+the node's fabric devices the way it counts GPUs (allocatable minus the requests of pods bound there) and
+says how many GPUs a job pod can take with its share of them (`NodeGpus.fabric`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from distributetrain.errors import InvalidInput, InvalidQuantity
 from distributetrain.naming import DEFAULT_RESOURCE
+from distributetrain.placement import fabric as fabrics
 from distributetrain.placement import nodeaffinity
 from distributetrain.placement.podrequests import holds_resources, pod_requests
 from distributetrain.placement.tolerations import Toleration, default_tolerations, tolerates
@@ -76,6 +81,7 @@ class NodeGpus:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), compare=False, hash=False)
     usable: int | None = None  # None: all the free GPUs
     note: str | None = None
+    fabric: fabrics.Room | None = None  # with a fabric: its devices here, the GPUs a pod can take with them
 
     @property
     def offered(self) -> int:
@@ -88,6 +94,8 @@ class NodeGpus:
                "free": self.free, "eligible": self.eligible, "reason": self.reason}
         if self.usable is not None:
             out |= {"usable": self.usable, "note": self.note}
+        if self.fabric is not None:
+            out["fabric"] = self.fabric.to_json()
         return out
 
 
@@ -169,9 +177,9 @@ def _pod_count(pod: Mapping[str, Any], resource: str, node: str) -> int:
 def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *,
               resource: str = DEFAULT_RESOURCE, tolerations: Sequence[Toleration] | None = None,
               node_selector: Mapping[str, str] | None = None, demands: Sequence[PodDemand] | None = None,
-              job_gpus: int = 0) -> tuple[NodeGpus, ...]:
+              job_gpus: int = 0, fabric: fabrics.Fabric | None = None) -> tuple[NodeGpus, ...]:
     """Per node, sorted by name: allocatable, requested by pods holding resources there, free, eligibility,
-    and how many GPUs a job pod can use there.
+    and how many GPUs a job pod can use there; with `fabric`, its devices there too (`NodeGpus.fabric`).
 
     Without `demands`, a job pod is one that carries exactly `tolerations` (default:
     `default_tolerations(resource)`; to add some, pass them together with the defaults) and `node_selector`,
@@ -183,6 +191,7 @@ def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
                              node_selector=dict(node_selector or {})),)
     counted = sorted({name for d in demands if d.requests is not None for name in d.requests(1)} - {resource})
     requested: dict[str, int] = {}
+    fabric_requested: dict[str, int] = {}
     others: dict[str, dict[str, int]] = {}  # node -> resource -> thousandths requested
     pod_counts: dict[str, int] = {}
     for pod in pods:
@@ -193,6 +202,8 @@ def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
         count = _pod_count(pod, resource, bound)
         if count:
             requested[bound] = requested.get(bound, 0) + count
+        if fabric is not None and (devices := _pod_count(pod, fabric.resource, bound)):
+            fabric_requested[bound] = fabric_requested.get(bound, 0) + devices
         if counted:
             _add_others(others.setdefault(bound, {}), pod, counted, bound)
     rows: list[NodeGpus] = []
@@ -235,10 +246,17 @@ def inventory(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, An
                 reasons.append(why)
             elif fits < usable:
                 usable, notes = fits, [f"{fits} of {free}: {why}"]
+        room = None
+        if fabric is not None:
+            devices = parse_count(allocatable_all.get(fabric.resource, 0),
+                                  what=f"node {name} status.allocatable.{fabric.resource}")
+            room = fabrics.room(fabric, node_gpus=allocatable, allocatable=devices,
+                                requested=fabric_requested.get(name, 0), gpus_offered=usable)
         rows.append(NodeGpus(node=name, allocatable=allocatable, requested=used, free=free,
                              eligible=not reasons, reason="; ".join(reasons) or None,
                              labels=MappingProxyType(dict(labels)),
-                             usable=None if usable == free else usable, note="; ".join(notes) or None))
+                             usable=None if usable == free else usable, note="; ".join(notes) or None,
+                             fabric=room))
     return tuple(sorted(rows, key=lambda row: row.node))
 
 
@@ -334,8 +352,12 @@ def human(name: str, amount: Fraction) -> str:
     return f"{float(amount):.4g}"
 
 
-def free_gpus(rows: Iterable[NodeGpus]) -> dict[str, int]:
-    """What the planner takes: eligible node -> the GPUs a job pod can use there."""
+def free_gpus(rows: Iterable[NodeGpus], *, with_fabric: bool = False) -> dict[str, int]:
+    """What the planner takes: eligible node -> the GPUs a job pod can use there; `with_fabric`, with its
+    share of the node's fabric devices too (nodes without any are left out)."""
+    if with_fabric:
+        return {row.node: row.fabric.offered for row in rows
+                if row.eligible and row.fabric is not None and row.fabric.offered > 0}
     return {row.node: row.offered for row in rows if row.eligible}
 
 

@@ -29,15 +29,17 @@ from itertools import compress, repeat
 from types import MappingProxyType
 
 from distributetrain.errors import CannotPlace, InvalidInput
+from distributetrain.placement.fabric import Share
 from distributetrain.placement.packing import DomainSearch, fewest_nodes, lexmin_choice
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One pod of the plan: `gpus` GPUs on `node`."""
+    """One pod of the plan: `gpus` GPUs on `node`, and with a fabric its share of the node's devices."""
 
     node: str
     gpus: int
+    fabric: Share | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class InsufficientGpus(CannotPlace):
     """Fewer GPUs are free on the eligible nodes, in total, than were requested."""
 
     def __init__(self, *, requested: int, free_total: int, eligible_nodes: int,
-                 largest: tuple[str, int] | None) -> None:
+                 largest: tuple[str, int] | None, detail: str = "") -> None:
         self.requested = requested
         self.free_total = free_total
         self.eligible_nodes = eligible_nodes
@@ -78,7 +80,7 @@ class InsufficientGpus(CannotPlace):
             f"cannot place {requested} GPU(s): the eligible nodes allow to fit only {free_total} out of "
             f"{requested} ({free_total} free in total on {eligible_nodes} eligible node(s); {where}). "
             f"Ask for at most {free_total} GPU(s), wait for running pods to finish, or make more nodes "
-            "eligible (--toleration, --node-selector)")
+            "eligible (--toleration, --node-selector)" + (f". {detail}" if detail else ""))
 
 
 Topology = Mapping[str, str]

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from distributetrain import naming
+from distributetrain.placement import fabric
 from distributetrain.placement.planner import POLICIES
 from distributetrain.placement.tolerations import Toleration, job_tolerations, parse_tolerations
 from distributetrain.request import podtemplate
@@ -140,6 +141,18 @@ class JobSpec:
         help="The extended resource counted as GPUs (e.g. amd.com/gpu, nvidia.com/mig-1g.10gb).",
         doc="The extended resource counted as GPUs (nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb, "
             "...)."))
+    fabric_resource: fabric.Request = field(default=fabric.AUTO_REQUEST, metadata=describe(
+        fabric.parse_request, "auto|none|R[=N]",
+        help="The fabric devices pods request with their GPUs (EFA: vpc.amazonaws.com/efa; InfiniBand/RoCE: "
+             "rdma/...), in proportion to them, or N per pod; auto: the one the GPU nodes advertise; none: "
+             "TCP.",
+        doc="The extended resource of the nodes' fabric devices (EFA: vpc.amazonaws.com/efa; InfiniBand or "
+            "RoCE: an RDMA device plugin's rdma/... or SR-IOV functions), which every pod that talks across "
+            "nodes requests with its GPUs: in proportion to them (6 of a node's 8 GPUs get 3 of its 4 EFA), "
+            "or N per pod with R=N (a shared device plugin). The pods get the fabric's NCCL and libfabric "
+            "settings, and the pre-flight check (when on) fails a pod whose NCCL does not use it. auto: the "
+            "one fabric resource the GPU nodes advertise, if any (vpc.amazonaws.com/efa, or a single rdma/ "
+            "resource, 1 per pod); none: TCP whatever the nodes have (docs/real-cluster.md)."))
     tolerations: tuple[Toleration, ...] = field(default=(), metadata=describe(
         parse_tolerations, "KEY[=VALUE][:EFFECT]", option="--toleration", multiple=True,
         help="A taint job pods tolerate, besides `nvidia.com/gpu` and R (any value, any effect). Without "
@@ -374,6 +387,11 @@ class JobSpec:
     def all_tolerations(self) -> tuple[Toleration, ...]:
         """What job pods tolerate: the GPU resource's own taints, then the user's (tolerations.py)."""
         return job_tolerations(self.resource, self.tolerations)
+
+    def template_resources(self) -> frozenset[str]:
+        """Every resource a container of any of the job's templates requests or limits."""
+        templates = (self.pod_template, self.worker_template, self.chief_template)
+        return frozenset(name for t in templates if t is not None for name in podtemplate.named_resources(t))
 
     def template_for(self, role: str) -> PodTemplate | None:
         """The pod template of a role (worker or chief): its own, else the shared one, else none."""

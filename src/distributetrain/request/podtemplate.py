@@ -8,12 +8,14 @@ container is the job container; the others are kept as they are (and counted: th
 
 `merge` starts from the template and lays the manager's parts on top, in two strengths:
 - defaults, which the template overrides: the mesh opt-out annotations, the pod's and the job container's
-  securityContext fields, cpu and memory requests/limits (per resource: a template that names memory in
+  securityContext fields, environment variables (NCCL's debug level, the fabric's settings; per name),
+  cpu and memory requests/limits (per resource: a template that names memory in
   either requests or limits gets none of ours for memory), terminationGracePeriodSeconds, enableServiceLinks,
   automountServiceAccountToken;
 - what the manager owns: name, namespace, its labels (the user's are kept, ours win), ownerReferences, the
-  GPU share, the node pin (ANDed into every required node-affinity term of the template), tolerations and
-  node selector (added), the ssh, hostfile, work and /dev/shm volumes and mounts, the job container's name,
+  GPU share and the fabric's, the node pin (ANDed into every required node-affinity term of the template),
+  tolerations and node selector (added), the ssh, hostfile, work and /dev/shm volumes and mounts, the job
+  container's name,
   image, command, args, environment (DT_*), ports and readiness probe, restartPolicy.
 A template that sets what the manager owns is refused (`parse`, `conflicts`), naming the field: exit 2,
 nothing created. Pure: text in, values out; the one read of a file is `load`, at the edge.
@@ -43,7 +45,8 @@ _MANAGED_MOUNT_PATHS = (naming.SSH_MOUNT_PATH, naming.HOSTFILE_MOUNT_PATH, namin
 # the DT_* variables the manager sets in job containers; a template may set others (e.g. DT_START_TIMEOUT)
 MANAGED_ENV = frozenset({naming.ENV_JOB_NAME, naming.ENV_SSH_PORT, naming.ENV_SSH_DIR, naming.ENV_HOSTFILE,
                          naming.ENV_NUM_PROCESSES, naming.ENV_SLOTS, naming.ENV_POD_IP, naming.ENV_POD_IPS,
-                         naming.ENV_TRANSPORT, naming.ENV_SSH_TIMEOUT, naming.ENV_NETWORK_INTERFACE})
+                         naming.ENV_TRANSPORT, naming.ENV_SSH_TIMEOUT, naming.ENV_NETWORK_INTERFACE,
+                         naming.ENV_FABRIC, naming.ENV_NODE_NAME})
 _RESERVED_CONTAINER_NAMES = (naming.WORKER_CONTAINER, naming.CHIEF_CONTAINER)
 
 
@@ -200,6 +203,16 @@ def conflicts(template: PodTemplate, *, resource: str, node_selector: Mapping[st
     return problems
 
 
+def named_resources(template: PodTemplate) -> set[str]:
+    """The resources any container of the template requests or limits."""
+    names: set[str] = set()
+    for kind in ("containers", "initContainers"):
+        for container in template.spec.get(kind) or []:
+            res = container.get("resources") or {}
+            names.update(res.get("limits") or {}, res.get("requests") or {})
+    return names
+
+
 def names_resources(template: PodTemplate | None, *resources: str) -> bool:
     """Whether any container of the template requests or limits any of `resources` (e.g. cpu, memory)."""
     if template is None:
@@ -229,8 +242,9 @@ def merge(template: PodTemplate | None, *, defaults: Mapping[str, Any],
     # defaults: the template wins
     _under(metadata, {k: v for k, v in (defaults.get("metadata") or {}).items()})
     _under(spec, default_spec)
-    _under(job, {k: v for k, v in default_job.items() if k != "resources"})
+    _under(job, {k: v for k, v in default_job.items() if k not in ("resources", "env")})
     job["resources"] = _resources_under(job.get("resources") or {}, default_job.get("resources") or {})
+    job["env"] = _env_under(job.get("env") or [], default_job.get("env") or [])
 
     # owned: the manager's
     meta = owned.get("metadata") or {}
@@ -261,8 +275,9 @@ def merge(template: PodTemplate | None, *, defaults: Mapping[str, Any],
             job[key] = {**(job.get(key) or {}), **value}
         else:
             job[key] = value
-    if not job.get("resources"):
-        job.pop("resources", None)
+    for key in ("resources", "env"):
+        if not job.get(key):
+            job.pop(key, None)
     spec["containers"] = [_ordered(job), *sidecars]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": out_meta, "spec": _ordered(spec, _POD_ORDER)}
 
@@ -292,6 +307,12 @@ def _resources_under(resources: Mapping[str, Any], defaults: Mapping[str, Any]) 
             if name not in named:
                 out.setdefault(part, {})[name] = value
     return out
+
+
+def _env_under(mine: Sequence[Any], defaults: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """Default variables per name: one the container sets keeps its value (a template's NCCL_DEBUG=WARN)."""
+    named = {entry.get("name") for entry in mine if isinstance(entry, Mapping)}
+    return [*mine, *(dict(entry) for entry in defaults if entry.get("name") not in named)]
 
 
 def _resources_over(resources: Mapping[str, Any], owned: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import click
 from localcluster._internal.admission.podsecurity import parse_defaults
 from localcluster._internal.cluster import control, daemon
 from localcluster._internal.cluster.faultcli import fault
+from localcluster._internal.cluster.spec import parse_fabric
 from localcluster._internal.doubles.autoscaler import parse_node_pool
 from localcluster._internal.errors import InvalidInput, LocalClusterError
 from localcluster._internal.runtime.imagepulls import PullTime
@@ -128,6 +129,10 @@ main.add_command(fault)
               help="Run Kueue's plain-pod protocol: ResourceFlavors, ClusterQueues, LocalQueues, Workloads.")
 @click.option("--kueue-manage-jobs-without-queue-name", "kueue_manage_all", is_flag=True,
               help="With --kueue: queue every pod outside kube-system, with a queue name or not.")
+@click.option("--fabric", default="", metavar="KIND:COUNT",
+              help="Fabric devices each GPU node advertises beside its GPUs, as a device plugin does: efa:4 "
+                   "(4 vpc.amazonaws.com/efa, the EFA device plugin's resource), efa:4,4,2 (one count per "
+                   "--nodes entry) or RESOURCE:COUNT (rdma/ib:8). Scheduled and accounted like GPUs.")
 @click.option("--images", "images", type=click.Path(path_type=Path, dir_okay=False), default=None,
               metavar="FILE",
               help="The image map (YAML): which images pods can run, each a Dockerfile with its build "
@@ -144,7 +149,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
        pod_security: str, hostname_label_suffix: str, no_network_policy: bool, volume_refresh: float,
        node_link: str, openshift: bool, node_pools: tuple[str, ...], autoscaler_delay: float,
        scale_down_unneeded_time: float, provisioning_requests: bool, kueue: bool, kueue_manage_all: bool,
-       images: Path | None, pull_times: tuple[str, ...], missing_images: tuple[str, ...]) -> None:
+       images: Path | None, pull_times: tuple[str, ...], missing_images: tuple[str, ...],
+       fabric: str) -> None:
     """Start the local cluster in the background and print its kubeconfig.
 
     GPU nodes are node-1, node-2, ... (one per --nodes entry, tainted nvidia.com/gpu=present:NoSchedule
@@ -155,6 +161,8 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
     if provisioning_requests and not node_pools:
         raise InvalidInput("--provisioning-requests: ProvisioningRequests are answered by the node pools' "
                            "autoscaler; give --node-pool too")
+    if fabric:
+        parse_fabric(fabric, len(counts))  # refused here, with its reason, rather than in the server's log
     if node_link:
         parse_node_link(node_link)
         if runtime != "process":
@@ -184,7 +192,7 @@ def up(nodes: str, cpu_nodes: int, directory: Path, runtime: str, no_gpu_taint: 
                                    autoscaler_delay=autoscaler_delay,
                                    scale_down_unneeded_time=scale_down_unneeded_time,
                                    provisioning_requests=provisioning_requests, kueue=kueue,
-                                   kueue_manage_all=kueue_manage_all)
+                                   kueue_manage_all=kueue_manage_all, fabric=fabric)
     process, url = daemon.start_daemon(command, directory=directory, log=directory / "server.log",
                                 timeout=START_TIMEOUT)
     kubeconfig = directory / "kubeconfig"

@@ -52,7 +52,7 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
                   missing_images: Sequence[str] = (), openshift: bool = False,
                   node_pools: Sequence[str] = (), autoscaler_delay: float | None = None,
                   scale_down_unneeded_time: float | None = None, provisioning_requests: bool = False,
-                  kueue: bool = False, kueue_manage_all: bool = False) -> list[str]:
+                  kueue: bool = False, kueue_manage_all: bool = False, fabric: str = "") -> list[str]:
     command = [sys.executable, "-m", MODULE, "serve", "--dir", str(directory), "--nodes",
                ",".join(map(str, nodes)), "--cpu-nodes", str(cpu_nodes), "--runtime", runtime,
                "--port", str(port)]
@@ -68,6 +68,8 @@ def serve_command(directory: Path, *, nodes: Sequence[int], cpu_nodes: int = 0, 
         command += ["--pull-time", pull_time]
     for pattern in missing_images:
         command += ["--missing-image", pattern]
+    if fabric:
+        command += ["--fabric", fabric]
     command += [] if gpu_taint else ["--no-gpu-taint"]
     command += ["--openshift"] if openshift else []
     if volume_refresh is not None:

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--openshift", action="store_true",
                        help="OpenShift's restricted-v2 SCC in namespaces with a UID range "
                             "(doubles/openshift.py)")
+    serve.add_argument("--fabric", default="", metavar="KIND:COUNT",
+                       help="fabric devices per GPU node, as a device plugin advertises them: efa:4 "
+                            "(vpc.amazonaws.com/efa), efa:4,4,2 (per node) or RESOURCE:COUNT")
     serve.add_argument("--images", type=Path, default=None, metavar="FILE",
                        help="the image map: which images the process runtime can run (default: none)")
     serve.add_argument("--pull-time", type=_pull_time, action="append", default=[],
@@ -126,7 +129,7 @@ async def serve(args: argparse.Namespace) -> None:
     spec = ClusterSpec(nodes=args.nodes, cpu_nodes=args.cpu_nodes, gpu_taint=not args.no_gpu_taint,
                        runtime=args.runtime, pod_security_defaults=args.pod_security,
                        hostname_label_suffix=args.hostname_label_suffix, node_link=args.node_link,
-                       openshift=args.openshift,
+                       openshift=args.openshift, fabric=args.fabric,
                        runtime_options=_runtime_options(args),
                        images=ImageMap.load(args.images) if args.images is not None else ImageMap(),
                        pull_times=tuple(args.pull_time), missing_images=tuple(args.missing_image),

@@ -55,6 +55,11 @@ class ClusterSpec:
     # files (runtime/images.py); empty: every image fails to pull (ErrImagePull), as on a node without a
     # registry. The simulated runtime runs no image and ignores it.
     images: ImageMap = field(default_factory=ImageMap)
+    # fabric devices each GPU node advertises beside its GPUs, as a device plugin does: "efa:4" (4 of
+    # vpc.amazonaws.com/efa, the EFA device plugin's resource, on every GPU node), "efa:4,4,2" (one count per
+    # --nodes entry) or "RESOURCE:COUNT" (e.g. rdma/hca_shared_devices_a:1000); a single count also goes to
+    # the nodes node_pools add; empty: none
+    fabric: str = ""
     # how long the first pull of an image takes on each node (runtime/imagepulls.py), e.g.
     # (PullTime("distributetrain/base", 180.0),); before these, the image map's own `pull_time` entries.
     # Images without one are on every node from the start.
@@ -108,6 +113,28 @@ def pod_cidr(index: int) -> str:
     return f"10.{244 + index // 256}.{index % 256}.0/24"
 
 
+FABRIC_ALIASES = {"efa": "vpc.amazonaws.com/efa"}  # the EFA device plugin's (aws/eks-charts)
+
+
+def parse_fabric(text: str, gpu_nodes: int) -> tuple[str, tuple[int, ...]]:
+    """`KIND:COUNT[,COUNT...]` as (the extended resource, its count on each of the `gpu_nodes` GPU nodes)."""
+    name, colon, counts = text.partition(":")
+    resource = FABRIC_ALIASES.get(name.strip(), name.strip())
+    try:
+        numbers = tuple(int(c) for c in counts.split(","))
+    except ValueError:
+        numbers = ()
+    if not colon or "/" not in resource or not numbers or any(n < 0 for n in numbers):
+        raise InvalidInput(f"--fabric {text!r}: expected efa:COUNT or RESOURCE:COUNT (e.g. efa:4, "
+                           "rdma/ib:8), or one count per node (efa:4,4,2)")
+    if len(numbers) == 1:
+        numbers *= gpu_nodes
+    if len(numbers) != gpu_nodes:
+        raise InvalidInput(f"--fabric {text!r}: {len(numbers)} counts for {gpu_nodes} GPU node(s); give one "
+                           "count for all or one per node")
+    return resource, numbers
+
+
 def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | None = None) -> Obj:
     """Node number `index` (1-based over every node); `gpus` None: a CPU node, with no GPU resource at all,
     as a real cluster's CPU nodes have (no device plugin, so no nvidia.com/gpu in capacity)."""
@@ -117,6 +144,14 @@ def node_object(index: int, gpus: int | None, spec: ClusterSpec, *, name: str | 
                  "ephemeral-storage": "1Ti"}
     if gpus is not None:
         resources[GPU_RESOURCE] = str(gpus)
+        if spec.fabric and 1 <= index <= len(spec.nodes):
+            resource, counts = parse_fabric(spec.fabric, len(spec.nodes))
+            resources[resource] = str(counts[index - 1])
+        elif spec.fabric and "," not in spec.fabric:
+            # a node an autoscaled pool adds: the device plugin's DaemonSet runs there too, with one count
+            # for every GPU node
+            resource, counts = parse_fabric(spec.fabric, 1)
+            resources[resource] = str(counts[0])
     tainted = bool(gpus) and spec.gpu_taint
     taints = [{"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}] if tainted else []
     now = now_iso()

@@ -330,8 +330,8 @@ def _container_path(path: str, workdir: str) -> str:
 def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
                      parent: Callable[[str], ImageConfig | None] | None = None) -> ImageConfig:
     """The last stage's files and defaults. `parent(ref)` resolves FROM images (None: an image the map does
-    not name, of which nothing is inherited); COPY --from (files of another stage or image) is not emulated
-    and ignored."""
+    not name, of which nothing is inherited); COPY --from (files of another stage or image) and ADD of a URL
+    are not emulated and ignored."""
     config = ImageConfig(name=name, dockerfile=dockerfile)
     args: dict[str, str] = {}
     env: dict[str, str] = {}
@@ -372,6 +372,8 @@ def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
             flags, words = _copy_args(substitute(arguments, scope))
             if "from" in flags or len(words) < 2:
                 continue
+            if instruction == "ADD" and any("://" in w for w in words[:-1]):
+                continue  # a download (ADD URL): nothing of the build context, and no registry here
             mode = int(flags["chmod"], 8) if flags.get("chmod", "").isdigit() else None
             dest = _container_path(words[-1], config.workdir)
             sources = [s for w in words[:-1]
