@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from localcluster import ClusterSpec, InvalidInput
+from localcluster import ClusterSpec, InvalidInput, NodePool
 from localcluster._internal.cluster.spec import node_object, parse_fabric
 from localcluster._internal.controllers.scheduler import admit, schedule
 
@@ -42,6 +42,17 @@ def test_one_count_per_node_and_any_resource() -> None:
     made = nodes(ClusterSpec(nodes=(8, 8, 4), fabric="efa:4,2,1"))
     assert [n["status"]["allocatable"].get(EFA) for n in made] == ["4", "2", "1", None]
     assert parse_fabric("rdma/hca_shared_devices_a:1000", 2) == ("rdma/hca_shared_devices_a", (1000, 1000))
+
+
+def test_the_nodes_a_pool_adds_advertise_one_count_for_all_and_none_of_a_per_node_list() -> None:
+    pool = NodePool("gpu", gpus=8, max_size=2)
+    one = ClusterSpec(nodes=(), cpu_nodes=1, node_pools=(pool,), fabric="efa:4")
+    added = node_object(2, 8, one, name="gpu-abc12")
+    assert (added["status"]["allocatable"][EFA], added["status"]["capacity"][EFA]) == ("4", "4")
+    listed = ClusterSpec(nodes=(8,), node_pools=(pool,), fabric="efa:4")
+    assert node_object(2, 8, listed, name="gpu-def34")["status"]["allocatable"][EFA] == "4"
+    per_node = ClusterSpec(nodes=(8, 8), node_pools=(pool,), fabric="efa:4,2")
+    assert EFA not in node_object(3, 8, per_node, name="gpu-ghi56")["status"]["allocatable"]
 
 
 @pytest.mark.parametrize("text", ["efa", "efa:x", "efa:-1", "ib:4", "efa:4,4"])
