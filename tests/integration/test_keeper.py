@@ -102,7 +102,8 @@ def test_a_deleted_worker_is_replaced_and_the_hostfile_follows(local_cluster_fac
     assert first is not None
     old_ip = first["status"]["podIP"]
     wait_until(lambda: running.hostfiles, timeout=10, what="the hostfile")
-    assert running.hostfiles[0] == {"hostfile": f"{old_ip} slots=5\n", "names": f"{old_ip} train-worker-0\n"}
+    assert running.hostfiles[0] == {"hostfile": f"{old_ip} slots=5\n", "names": f"{old_ip} train-worker-0\n",
+                                    "nodes": f"{old_ip} node-1\n"}
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
     replacement = wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement")
     new_ip = replacement["status"]["podIP"]
@@ -113,6 +114,7 @@ def test_a_deleted_worker_is_replaced_and_the_hostfile_follows(local_cluster_fac
     # removed at once (an empty hostfile: Horovod goes on with the chief's rank), then the replacement
     assert [h["hostfile"] for h in running.hostfiles] == [f"{old_ip} slots=5\n", "", f"{new_ip} slots=5\n"]
     assert running.hostfiles[-1]["names"] == f"{new_ip} train-worker-1\n"
+    assert running.hostfiles[-1]["nodes"] == f"{new_ip} node-1\n"
     # the exact planner over what was free then: node-1's 5 GPUs, freed by the lost worker
     assert replacement["spec"]["nodeName"] == "node-1"
     text = recorder.text

@@ -236,7 +236,10 @@ class Keeper:
     # ---- the hostfile -----------------------------------------------------------------------------------
     def write_hostfile(self) -> None:
         hosts, names = hostfile_entries(self.members.values())
-        body = manifests.hostfile_configmap(self.spec, hosts, owner=self.owner, names=names)
+        nodes = {m.ip: m.node for m in self.members.values()}
+        body = manifests.hostfile_configmap(self.spec, hosts, owner=self.owner, names=names, nodes=nodes)
+        # a merge patch keeps a key it does not name: the `IP NODE` lines follow the workers, none included
+        body["data"].setdefault(naming.NODES_KEY, "")
         text = (body["data"][naming.HOSTFILE_KEY], body["data"].get(naming.HOSTNAMES_KEY, ""))
         if text == self._hostfile_text:
             return
