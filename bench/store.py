@@ -26,9 +26,10 @@ PLAIN_RUNS_FILE = "placement_runs.json"
 SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "demo_phases", "preflight")
 THROUGHPUT = "throughput"
 RECOVERY = "recovery"
+SURVIVAL = "survival"
 #: every section measured by a module bench/measure/<name>.py, whose main(quick) returns its result
 #: (speed.json)
-MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY)
+MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY, SURVIVAL)
 SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}

@@ -42,7 +42,8 @@ def test_quick_bench_writes_json_report_and_plots(tmp_path: Path) -> None:
     assert speed["apiserver"]["list_as_manager"]["call"] == "k8s.list_nodes_and_pods"
     runs = json.loads((tmp_path / "runs.json").read_text())
     assert set(runs) == {"placement", "planner_speed", "apiserver", "manager_overhead", "scale",
-                         "demo_phases", "preflight", "throughput", "recovery"}
+                         "demo_phases", "preflight", "throughput", "recovery", "survival"}
+    assert speed["survival"]["skipped"].startswith("quick mode")
     # the throughput jobs are not a smoke run's: skipped, and said so in their own section
     assert "skipped" in speed["throughput"]
     section = report.split("## Training throughput per placement, over emulated node links\n", 1)[1]

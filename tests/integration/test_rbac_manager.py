@@ -191,7 +191,8 @@ def test_the_manager_job_hands_a_lost_pod_on_and_never_reruns_a_finished_trainin
     (job,) = documents("manifests/DistributeTrain_Manager.yaml")
     rules = job["spec"]["podFailurePolicy"]["rules"]
     # a drain, eviction, preemption or node shutdown of the manager pod: ignored, another one adopts the job
-    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert rules[0] == {"action": "Ignore",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     # only the manager pod's own end is retried (77: the API server gone too long; 137/143: killed or stopped)
     assert rules[1] == {"action": "FailJob", "onExitCodes": {"containerName": "manager", "operator": "NotIn",
                                                              "values": [77, 137, 143]}}
