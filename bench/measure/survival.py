@@ -133,7 +133,7 @@ def elastic_start(delays: Sequence[float] = DELAYS,
         with cluster() as local:
             out = run(local.kubeconfig, 80, "--min-gpus", "1")
             try:
-                launched = out.wait_for(r"starting: horovodrun")[0]
+                launched = out.wait_for(r"INFO starting: \S*horovodrun")[0]
                 if delay is None:
                     launched = out.wait_for(r"(?:^|:)epoch=3 ", launched)[0]
                     wait = 0.0
@@ -236,6 +236,7 @@ def measure(parts: Sequence[str] = PARTS, progress: Callable[[str], None] = prin
     for part in parts:
         measured = runners[part](progress=progress, **(options or {}).get(part, {}))
         # lists of records become tables in docs/benchmarks.md, the rest a measure/value table
+        progress(f"survival: {part}: " + json.dumps(measured))
         result[part] = measured.pop("runs")
         if measured:
             result[f"{part}_job"] = measured
