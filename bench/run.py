@@ -146,7 +146,8 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
              "planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, throughput (Horovod "
              "jobs over node links), recovery (lost workers, elastic and restart), capacity (a pool that "
-             "scales from zero, a Kueue queue); `speed` stands for the "
+             "scales from zero, a Kueue queue), survival (API outages, drains, elastic start-up losses, "
+             "image pulls); `speed` stands for the "
              "six speed benches. The other sections' results already in OUT are kept, and the report is "
              "rendered from all of them. Default: every section")
 

@@ -27,9 +27,10 @@ SPEED_BENCHES = ("planner_speed", "apiserver", "manager_overhead", "scale", "dem
 THROUGHPUT = "throughput"
 RECOVERY = "recovery"
 CAPACITY = "capacity"
+SURVIVAL = "survival"
 #: every section measured by a module bench/measure/<name>.py, whose main(quick) returns its result
 #: (speed.json)
-MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY, CAPACITY)
+MEASURED = (*SPEED_BENCHES, THROUGHPUT, RECOVERY, CAPACITY, SURVIVAL)
 SECTIONS = (PLACEMENT, *MEASURED)
 #: names standing for several sections in --only
 GROUPS = {"speed": SPEED_BENCHES, "all": SECTIONS}

@@ -42,10 +42,11 @@ def test_quick_bench_writes_json_report_and_plots(tmp_path: Path) -> None:
     assert speed["apiserver"]["list_as_manager"]["call"] == "k8s.list_nodes_and_pods"
     runs = json.loads((tmp_path / "runs.json").read_text())
     assert set(runs) == {"placement", "planner_speed", "apiserver", "manager_overhead", "scale",
-                         "demo_phases", "preflight", "throughput", "recovery", "capacity"}
+                         "demo_phases", "preflight", "throughput", "recovery", "capacity", "survival"}
     # quick mode queues two jobs through one Kueue queue (simulated pods), and skips the pool's scale-up
     assert speed["capacity"]["queue"]["second_held_gpus_while_queued"] == 0
     assert "scale_from_zero" not in speed["capacity"]
+    assert speed["survival"]["skipped"].startswith("quick mode")
     # the throughput jobs are not a smoke run's: skipped, and said so in their own section
     assert "skipped" in speed["throughput"]
     section = report.split("## Training throughput per placement, over emulated node links\n", 1)[1]

@@ -183,7 +183,7 @@ def test_gpus_taken_between_plan_and_create(local_cluster_factory: Factory) -> N
 def test_gang_never_ready_fails_after_retries_naming_the_pod(local_cluster_factory: Factory) -> None:
     never_ready = (is_worker, Behavior(ready=False))
     cluster = local_cluster_factory(behaviors=[never_ready])
-    orch, recorder = orchestrator(cluster, spec(schedule_timeout="1s", retries="1"))
+    orch, recorder = orchestrator(cluster, spec(schedule_timeout="1s", start_timeout="1s", retries="1"))
     with pytest.raises(ScheduleTimeout) as caught:
         orch.run()
     assert caught.value.exit_code == 71

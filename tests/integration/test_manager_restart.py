@@ -40,7 +40,7 @@ def test_restarted_manager_adopts_the_running_job(local_cluster_factory: Factory
     second, recorder = orchestrator(cluster, spec())
     exit_chief_later(cluster, "train", 0, after=1.0)
     assert second.run() == 0
-    assert "adopting the running job train" in recorder.text
+    assert "adopting the job train, running" in recorder.text
     assert second.kube.requests["create"] == 0  # nothing duplicated
     chief = Kube(cluster.api_client()).get("pods", "default", "train-chief")
     assert chief is not None and chief["metadata"]["uid"] == uids["train-chief"]
@@ -57,7 +57,7 @@ def test_restarted_manager_cleans_up_a_partial_job(local_cluster_factory: Factor
     assert old_worker is not None
     second, recorder = orchestrator(cluster, spec())
     assert second.run() == 0
-    assert "found 4 object(s) of an earlier" in recorder.text
+    assert "found 5 object(s) of an earlier" in recorder.text  # worker, Secret, hostfile, policy, budget
     assert leftovers(cluster, "train") == {"pods": ["train-chief"]}
 
 
@@ -69,7 +69,7 @@ def test_a_job_run_by_a_live_manager_is_refused_and_untouched(local_cluster_fact
     first.pretraining.run()
     before = leftovers(cluster, "train")
     second, _ = orchestrator(cluster, spec(), owner=manager_pod(admin, "manager-b"))
-    with pytest.raises(InvalidInput, match="run by manager pod manager-a, which is still running"):
+    with pytest.raises(InvalidInput, match="run by manager Pod manager-a, which is still running"):
         second.run()
     assert leftovers(cluster, "train") == before
     assert second.kube.requests["delete"] == 0 and second.kube.requests["create"] == 0

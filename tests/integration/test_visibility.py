@@ -93,7 +93,7 @@ def test_describe_get_events_and_the_phase_column_show_the_job(local_cluster_fac
             ("Planned", "6 GPU(s) as 5 on node-1, 1 on node-3; chief 1 on node-3"),
             ("TrainingStarted", "the chief's launcher started the training over 6 process(es)"),
             ("TrainingSucceeded", "the training succeeded; epoch 2 of 2, step 14, loss 0.2000"),
-            ("CleanedUp", "deleted 4 object(s) of job vis; kept vis-chief for its log; every GPU is "
+            ("CleanedUp", "deleted 5 object(s) of job vis; kept vis-chief for its log; every GPU is "
                           "released")]:
         assert any(line.split()[:2] == ["Normal", reason] and naming.EVENT_COMPONENT in line
                    and message in line for line in described.splitlines()), (reason, described)
@@ -124,7 +124,8 @@ def test_a_replan_says_why_and_is_counted(local_cluster_factory: Factory, tmp_pa
     cluster = local_cluster_factory(behaviors=[
         (never_ready_once, Behavior(ready=False)),
         (is_chief, Behavior(log=CHIEF_LOG, exit_code=0, exit_after=0.5))])
-    orchestrator, observer = observed_job(cluster, tmp_path, "again", schedule_timeout="2s", retries="2")
+    orchestrator, observer = observed_job(cluster, tmp_path, "again", schedule_timeout="2s",
+                                      start_timeout="2s", retries="2")
     assert orchestrator.run() == 0
     observer.close()
     manager = ours(events_of(cluster, MANAGER))
@@ -133,7 +134,9 @@ def test_a_replan_says_why_and_is_counted(local_cluster_factory: Factory, tmp_pa
     gang = manager[1]
     assert gang[0] == "Warning" and "pod again-worker-0 on node node-1: running but not Ready" in gang[2]
     assert manager[2][2].startswith("attempt 2: 6 GPU(s) as 5 on node-1, 1 on node-3; chief 1 on node-3; "
-                                    "the previous gang did not start: pod again-worker-0 on node node-1")
+                                    "the previous gang did not start: bound but not started within "
+                                    "--start-timeout (2s): ")
+    assert "again-worker-0 on node node-1" in manager[2][2]
     state = jobstate.loads((tmp_path / "state.json").read_text())
     assert state.replans == 1
     replans = next(f for f in metrics.families(state) if f.name == "distributetrain_replans")

@@ -197,7 +197,8 @@ def test_twenty_jobs_at_once_on_100_nodes(local_cluster_factory: Factory, row: C
     for m in managers:
         verbs.update(m.orchestrator.kube.requests)
     # bounded: a job's requests do not depend on the 100 nodes (two paginated lists for the inventory)
-    assert max(per_job.values()) <= 60, per_job
+    # (about 45 a job: the inventory, the objects, a budget, watches; a collision adds a gang and a re-plan)
+    assert max(per_job.values()) <= 80, per_job
     row("20 jobs at once on 100 nodes", outcome="all exit 0, zero orphans", exit_code=0, detect_s=None,
         cleanup_s=None, objects_left=sum(count(left) for left in orphans.values()),
         gpus_held=held(before, after),

@@ -117,12 +117,13 @@ def test_manager_restarted_adopts_the_running_job(local_cluster_factory: Factory
     restarted_at = time.monotonic()
     second = ManagerProcess(cluster, *ARGS, env=_owner_env(owner))
     managers.append(second)
-    adopted = second.wait_for("adopting the running job train", timeout=30)
+    adopted = second.wait_for("adopting the job train, running", timeout=30)
     second.wait_for("supervising job train", timeout=30)
     time.sleep(0.3)
     # adopted, not duplicated: the very same pods, nothing new
     assert {n: p["metadata"]["uid"] for n, p in pods_of(kube, "train").items()} == uids
-    assert sorted(leftovers(kube, "train")) == ["configmaps", "networkpolicies", "pods", "secrets"]
+    assert sorted(leftovers(kube, "train")) == ["configmaps", "networkpolicies", "poddisruptionbudgets",
+                                                "pods", "secrets"]
 
     cluster.call(cluster.runtime.exit_container("default", "train-chief", 0))  # type: ignore[attr-defined]
     code = second.wait()

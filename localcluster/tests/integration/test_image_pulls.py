@@ -42,7 +42,7 @@ def events(cluster: TestCluster, name: str) -> list[tuple[str, str, str]]:
 
 @pytest.fixture
 def cluster(local_cluster_factory: Any) -> TestCluster:
-    cluster: TestCluster = local_cluster_factory(pull_times=(PullTime("team/big", 1.5, 7 * 2**30),),
+    cluster: TestCluster = local_cluster_factory(pull_times=(PullTime("team/big", 6.0, 7 * 2**30),),
                                                  missing_images=("team/typo",))
     return cluster
 
@@ -55,13 +55,13 @@ def test_a_slow_first_pull_keeps_the_pod_creating_then_later_pulls_are_instant(c
     row = cluster.kubectl("get", "pod", "first", "--no-headers").stdout.split()
     assert row[1:3] == ["0/1", "ContainerCreating"]
     assert v1.read_namespaced_pod("first", "default").status.phase == "Pending"
-    wait_until(lambda: v1.read_namespaced_pod("first", "default").status.phase == "Running", timeout=15,
+    wait_until(lambda: v1.read_namespaced_pod("first", "default").status.phase == "Running", timeout=30,
                what="first running")
     found = events(cluster, "first")
     assert found[0] == ("Normal", "Pulling", 'Pulling image "team/big:1"')   # bound by nodeName: no Scheduled
     pulled = found[1]
     assert pulled[:2] == ("Normal", "Pulled")
-    assert re.fullmatch(r'Successfully pulled image "team/big:1" in 1\.5\d*s \(1\.5\d*s including '
+    assert re.fullmatch(r'Successfully pulled image "team/big:1" in 6(?:\.\d+)?s \(6(?:\.\d+)?s including '
                         r"waiting\)\. Image size: 7516192768 bytes\.", pulled[2]), pulled[2]
     assert [r for _, r, _ in found[2:]] == ["Created", "Started"]
     # the image is on node-1 now; node-2 pulls it for itself
@@ -70,7 +70,7 @@ def test_a_slow_first_pull_keeps_the_pod_creating_then_later_pulls_are_instant(c
     wait_until(lambda: v1.read_namespaced_pod("second", "default").status.phase == "Running", what="second")
     assert ("Normal", "Pulled", 'Container image "team/big:1" already present on machine and can be accessed '
                                 "by the pod") in events(cluster, "second")
-    wait_until(lambda: v1.read_namespaced_pod("elsewhere", "default").status.phase == "Running", timeout=15,
+    wait_until(lambda: v1.read_namespaced_pod("elsewhere", "default").status.phase == "Running", timeout=30,
                what="elsewhere")
     assert ("Normal", "Pulling", 'Pulling image "team/big:1"') in events(cluster, "elsewhere")
 

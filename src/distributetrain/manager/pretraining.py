@@ -306,7 +306,9 @@ class PreTraining:
                     break
             else:
                 self._check_deadline(f"waiting for the {role} pods")
-                outcome = self._look(watch, watched.snapshot())
+                # a clock ran out or a progress line is due with no change seen: judge a fresh list, not the
+                # watch's picture, so one missed event can never stall a gang until --start-timeout
+                outcome = self._look(watch, watched.relist())
             if outcome is None:
                 continue
             if outcome.final:
