@@ -68,3 +68,15 @@ def test_the_manifest_applied_is_the_users_with_a_short_training() -> None:
     text = demo_phases.manager_manifest(epochs=2)
     assert "python3 /opt/distributetrain/Train.py --epochs 2" in text
     assert "train-6gpu" in text and "distributetrain-serviceaccount" in text
+
+
+def test_the_start_up_is_given_with_its_spread_beside_bare_horovodrun() -> None:
+    def run(first_step: float) -> dict[str, object]:
+        return {"phases": [{"phase": "first training step ended", "since_apply_s": first_step,
+                            "phase_s": 1.0}], "wall_s": 30.0}
+
+    median = [{"phase": "first training step ended", "since_apply_s": 15.0, "phase_s": 1.0}]
+    text = demo_phases.markdown(median, [run(14.0), run(15.0), run(18.0)], epochs=2, bare=[12.0, 13.0, 12.5])
+    assert "median 15.00 s (range 14.00-18.00), n=3" in text
+    assert "median 12.50 s (range 12.00-13.00), n=3" in text
+    assert "Ratio of the medians 1.20x" in text
