@@ -293,7 +293,7 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             check = horovodrun_argv(
                 horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
-                network_interface=settings.network_interface, start_timeout=settings.start_timeout,
+                network_interface=interface, start_timeout=settings.start_timeout,
                 command=preflight.command(hosts, sizes=settings.preflight_sizes, iterations=5))
             preflight.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
                                timeout=settings.preflight_timeout)
