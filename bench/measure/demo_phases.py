@@ -59,6 +59,7 @@ class Phase:
 
 # in the order they happen; "last" where a retry or several workers repeat the line
 PHASES = (
+    Phase("manager pod started (Manager.sh's first line)", "manager", r"^manager started$"),
     Phase("manager up, cluster listed (inventory)", "manager", r"^inventory: "),
     Phase("plan", "manager", r"^plan \(attempt", last=True),
     Phase("workers created", "manager", r"^worker \S+ created", last=True),

@@ -8,6 +8,7 @@ from bench.measure import demo_phases
 
 # the shape of a real manager log (make demo), shortened; the launcher's times are local time
 LOG = """\
+2026-11-22T03:02:30.900Z distributetrain: manager started
 2026-11-22T03:02:31.500Z distributetrain: inventory: 4 node(s), 3 eligible; 10 of 10 nvidia.com/gpu free
 2026-11-22T03:02:31.510Z distributetrain:   NODE    ALLOCATABLE  REQUESTED  FREE  ELIGIBLE
 2026-11-22T03:02:31.600Z distributetrain: plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3
@@ -40,7 +41,8 @@ def test_every_phase_is_timed_from_kubectl_apply() -> None:
     rows = demo_phases.phase_table(log, applied=utc("2026-11-22T03:02:30"))
     got = {r["phase"]: (round(r["since_apply_s"], 3), round(r["phase_s"], 3)) for r in rows}
     assert got == {
-        "manager up, cluster listed (inventory)": (1.5, 1.5),
+        "manager pod started (Manager.sh's first line)": (0.9, 0.9),
+        "manager up, cluster listed (inventory)": (1.5, 0.6),
         "plan": (1.6, 0.1),
         "workers created": (1.8, 0.2),
         "workers Running and Ready": (3.8, 2.0),
