@@ -225,6 +225,11 @@ def markdown(best: list[dict[str, Any]], runs: list[dict[str, Any]], *, epochs: 
                   f"median {floor.text()}, n={len(bare)}: each run " + ", ".join(f"{b:.2f}" for b in bare)
                   + f" s. Ratio of the medians {ours.median / floor.median:.2f}x (goal: at most 1.25x and "
                   "under 15 s)."]
+        if len(timed) == len(firsts) == len(bare):  # every run timed: pair each with its own bare run
+            lines[-1] += (" Run by run, against the bare run right after it: "
+                          + ", ".join(f"{f / b:.2f}x" for f, b in zip(timed, bare, strict=True))
+                          + "; ours minus bare "
+                          + ", ".join(f"{f - b:.1f}" for f, b in zip(timed, bare, strict=True)) + " s.")
     return "\n".join(lines)
 
 

@@ -82,3 +82,5 @@ def test_the_start_up_is_given_with_its_spread_beside_bare_horovodrun() -> None:
     assert "median 15.00 s (range 14.00-18.00), n=3" in text
     assert "median 12.50 s (range 12.00-13.00), n=3" in text
     assert "Ratio of the medians 1.20x" in text
+    assert ("Run by run, against the bare run right after it: 1.17x, 1.15x, 1.44x; ours minus bare 2.0, "
+            "2.0, 5.5 s.") in text
