@@ -31,6 +31,8 @@ SPANS = (("derived", "the simulator's span cost (5 seeds, all loads and mixes)")
 MANAGER_SECONDS, MANAGER_MIB = 5.0, 1024.0
 PLANNER_CPU_P99_MS = 10.0
 LIST_P50_S, WATCH_P50_S, SERVER_MIB = 0.5, 0.020, 1024.0
+#: start-up goal (issue 29): apply -> first step at most this much over bare horovodrun, and under this
+STARTUP_RATIO, STARTUP_SECONDS = 1.25, 15.0
 #: placement goals: never more than 1% worse than BestFit; at least half of the achievable gain
 BESTFIT_MARGIN, ACHIEVABLE_SHARE = 1.01, 0.5
 #: Student's t, two-sided 95%, by degrees of freedom (seeds - 1); the bench runs 3 to 5 seeds
@@ -359,9 +361,26 @@ def apiserver_checks(result: Mapping[str, Any] | None) -> list[Check]:
     return checks
 
 
+def startup_checks(result: Mapping[str, Any] | None) -> list[Check]:
+    """The demo's start-up against bare horovodrun of the same ranks, timed in the same run (issue 29)."""
+    what = "`kubectl apply` -> first training step (the demo's 6 ranks), and over bare horovodrun's"
+    goal = f"at most {STARTUP_RATIO:g}x bare horovodrun and under {STARTUP_SECONDS:g} s (medians)"
+    ours = [f for f in (result or {}).get("first_step_s", []) if f is not None]
+    bare = list((result or {}).get("bare_first_step_s", []))
+    if not ours or not bare:
+        return [_not_measured(what, goal, "not measured beside bare horovodrun")]
+    mine, floor = statistics.median(ours), statistics.median(bare)
+    value = (f"{mine:.2f} s ({min(ours):.2f}-{max(ours):.2f}), bare {floor:.2f} s ({min(bare):.2f}-"
+             f"{max(bare):.2f}): {mine / floor:.2f}x, n={len(ours)}")
+    return [{"what": what, "value": value, "goal": goal,
+             "met": mine / floor <= STARTUP_RATIO and mine < STARTUP_SECONDS}]
+
+
 def speed_checks(speed: Mapping[str, Any]) -> list[Check]:
     """Checks for the speed benches present in `speed` (a bench not in it is not judged at all)."""
     out: list[Check] = []
+    if "demo_phases" in speed:
+        out += startup_checks(speed["demo_phases"])
     if "scale" in speed:
         out += scale_checks(speed["scale"])
     if "planner_speed" in speed:

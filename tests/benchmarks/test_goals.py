@@ -147,3 +147,15 @@ def test_planner_goal_uses_the_largest_cluster_and_cpu_time() -> None:
     (check,) = goals.planner_checks(result)
     assert check["met"] is True and check["value"].startswith("3.00 ms")
     assert goals.planner_checks({})[0]["met"] is False
+
+
+@pytest.mark.parametrize(("ours", "bare", "met"), [
+    ([14.0, 14.5, 16.0], [12.0, 12.5, 13.0], True),     # 1.16x and under 15 s
+    ([21.0, 21.3, 23.0], [18.5, 18.6, 20.0], False),    # 1.15x, but over 15 s
+    ([14.0, 14.9, 15.0], [10.0, 11.0, 11.5], False),    # under 15 s, but 1.35x
+])
+def test_start_up_is_judged_against_bare_horovodrun_and_the_clock(ours: list[float], bare: list[float],
+                                                                  met: bool) -> None:
+    (check,) = goals.startup_checks({"first_step_s": ours, "bare_first_step_s": bare})
+    assert check["met"] is met
+    assert goals.startup_checks({"first_step_s": [20.0]})[0]["met"] is False  # no bare run beside it
