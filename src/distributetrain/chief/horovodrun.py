@@ -25,7 +25,8 @@ import sys
 from collections.abc import Callable, Mapping
 from importlib import metadata
 
-ENV_BUILD_CHECKED = "DT_HOROVOD_BUILD_CHECKED"
+from distributetrain import naming
+
 # the Horovod whose launch.py this module's docstring reads; any other runs its own checks
 HOROVOD_VERSION = "0.28.1"
 # horovod.runner.launch's names for each controller's build check
@@ -37,7 +38,7 @@ def vouched(env: Mapping[str, str], *, horovod_version: str | None) -> frozenset
     (DT_HOROVOD_BUILD_CHECKED), when Horovod is the version this module reads; else none."""
     if horovod_version != HOROVOD_VERSION:
         return frozenset()
-    named = {part.strip().lower() for part in env.get(ENV_BUILD_CHECKED, "").split(",")}
+    named = {part.strip().lower() for part in env.get(naming.ENV_HOROVOD_BUILD_CHECKED, "").split(",")}
     return frozenset(named & _CHECKS.keys())
 
 
