@@ -15,6 +15,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${DT_PYTHON:-python3}
 export DT_MANAGER_STARTED_AT="${DT_MANAGER_STARTED_AT:-$(date +%s)}"
 export DT_NOTIFY_PARENT=1
+# the pod's first line, to the millisecond in the phases' own format: where the manager's own start-up begins
+# (bench/measure/demo_phases.py times it up to the first create)
+echo "$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ) distributetrain: manager started" >&2
 
 # The job's Prometheus metrics, served for this script's whole life on the `metrics` port (DT_METRICS_PORT,
 # 9102; 0: none) so a scrape works in either phase and between them: the phases write the job's state to

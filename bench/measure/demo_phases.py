@@ -1,4 +1,5 @@
-"""`python -m bench.measure.demo_phases [--quick] [--runs N]`: the demo's start-up, phase by phase.
+"""`python -m bench.measure.demo_phases [--quick] [--runs N]`: the demo's start-up, phase by phase, beside
+bare horovodrun of the same training.
 
 The real flow of `make demo` (scripts/demo.sh) with a short training: a local cluster of 5, 3 and 2 GPUs
 with pods as processes (network namespaces: needs root), `kubectl apply` of rbac/ and the manager manifest
@@ -8,7 +9,10 @@ with pods as processes (network namespaces: needs root), `kubectl apply` of rbac
   the chief's launcher (local time, ms)         every worker's sshd accepts the job key; horovodrun started
   Train.py on rank 0                            first_step_unix=T when the first training batch ended
 
-and timed against the moment just before `kubectl apply` of the manager. `main(quick)` is what bench/run.py
+and timed against the moment just before `kubectl apply` of the manager. Interleaved with each demo run (so
+both see the same load on a shared machine), the floor: bare `horovodrun -np 6 -H localhost:6 --gloo` of the
+same Train.py on this machine, no cluster, timed from its start to the same first_step_unix= line. The
+result gives both as median and range over the runs, and their ratio. `main(quick)` is what bench/run.py
 calls; quick mode skips it (a cluster of real processes and TensorFlow take a minute per run).
 """
 
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +59,7 @@ class Phase:
 
 # in the order they happen; "last" where a retry or several workers repeat the line
 PHASES = (
+    Phase("manager pod started (Manager.sh's first line)", "manager", r"^manager started$"),
     Phase("manager up, cluster listed (inventory)", "manager", r"^inventory: "),
     Phase("plan", "manager", r"^plan \(attempt", last=True),
     Phase("workers created", "manager", r"^worker \S+ created", last=True),
@@ -162,11 +168,46 @@ def run_once(*, epochs: int) -> dict[str, Any]:
     return {"phases": phase_table(log, applied=applied), "wall_s": wall, "log": log}
 
 
+def run_bare(*, epochs: int, processes: int = 6) -> float:
+    """The floor: bare horovodrun of the same Train.py and ranks on this machine, no cluster, no ssh; seconds
+    from its start to rank 0's first step."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+           "TF_CPP_MIN_LOG_LEVEL": "1"}  # as the chief's launcher sets it
+    argv = [str(BIN / "horovodrun"), "-np", str(processes), "-H", f"localhost:{processes}", "--gloo",
+            str(BIN / "python"), str(ROOT / "base-image" / "Train.py"), "--epochs", str(epochs)]
+    with tempfile.TemporaryDirectory(prefix="distributetrain-bare-") as tmp:
+        started = time.time()
+        done = subprocess.run(argv, env=env, cwd=tmp, capture_output=True, text=True, timeout=TIMEOUT,
+                              check=False)
+    found = _FIRST_STEP.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"bare horovodrun exited with {done.returncode}; its output ends:\n"
+                           f"{(done.stdout + done.stderr)[-3000:]}")
+    return float(found[1]) - started
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A sample's median and range: what a headline number needs beside it."""
+
+    median: float
+    low: float
+    high: float
+
+    @staticmethod
+    def of(values: Sequence[float]) -> Spread:
+        return Spread(statistics.median(values), min(values), max(values))
+
+    def text(self) -> str:
+        return f"{self.median:.2f} s (range {self.low:.2f}-{self.high:.2f})"
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def markdown(best: list[dict[str, Any]], runs: list[dict[str, Any]], *, epochs: int) -> str:
+def markdown(best: list[dict[str, Any]], runs: list[dict[str, Any]], *, epochs: int,
+             bare: Sequence[float] = ()) -> str:
     firsts = [_first_step(r["phases"]) for r in runs]
     lines = [f"`make demo`'s flow with `Train.py --epochs {epochs}` on nodes of 5, 3 and 2 GPUs (pods as "
              f"processes), {len(runs)} run(s); the median run by time to the first training step:", "",
@@ -176,6 +217,19 @@ def markdown(best: list[dict[str, Any]], runs: list[dict[str, Any]], *, epochs: 
     lines += ["", "First training step, each run: " + ", ".join(_seconds(f) for f in firsts)
               + " s after apply. Whole flow (cluster up to cluster down), each run: "
               + ", ".join(f"{r['wall_s']:.1f}" for r in runs) + " s."]
+    timed = [f for f in firsts if f is not None]
+    if bare and timed:
+        ours, floor = Spread.of(timed), Spread.of(bare)
+        lines += ["", f"Apply -> first step: median {ours.text()}, n={len(timed)}. Bare `horovodrun -np 6 "
+                  "-H localhost:6 --gloo` of the same Train.py on this machine, interleaved with those runs: "
+                  f"median {floor.text()}, n={len(bare)}: each run " + ", ".join(f"{b:.2f}" for b in bare)
+                  + f" s. Ratio of the medians {ours.median / floor.median:.2f}x (goal: at most 1.25x and "
+                  "under 15 s)."]
+        if len(timed) == len(firsts) == len(bare):  # every run timed: pair each with its own bare run
+            lines[-1] += (" Run by run, against the bare run right after it: "
+                          + ", ".join(f"{f / b:.2f}x" for f, b in zip(timed, bare, strict=True))
+                          + "; ours minus bare "
+                          + ", ".join(f"{f - b:.1f}" for f, b in zip(timed, bare, strict=True)) + " s.")
     return "\n".join(lines)
 
 
@@ -184,19 +238,26 @@ def _first_step(rows: list[dict[str, Any]]) -> float | None:
     return None if found is None else float(found)
 
 
-def main(quick: bool, *, runs: int = RUNS, epochs: int = EPOCHS) -> dict[str, Any]:
+def main(quick: bool, *, runs: int = RUNS, epochs: int = EPOCHS, logs: Path | None = None) -> dict[str, Any]:
     if quick:
         return {"skipped": "quick mode; `python -m bench.measure.demo_phases` runs the demo's flow "
                            "(needs root)"}
     if os.geteuid() != 0:
         return {"skipped": "needs root (the process runtime's network namespaces)"}
-    done = [run_once(epochs=epochs) for _ in range(runs)]
+    done: list[dict[str, Any]] = []
+    bare: list[float] = []
+    for _ in range(runs):  # interleaved: a burst of load on the shared machine hits both alike
+        done.append(run_once(epochs=epochs))
+        bare.append(run_bare(epochs=epochs))
+        if logs is not None:  # the whole manager log of each run, to read a phase line by line
+            logs.mkdir(parents=True, exist_ok=True)
+            (logs / f"run-{len(done)}.log").write_text(done[-1]["log"])
     ordered = sorted(done, key=lambda r: _first_step(r["phases"]) or float("inf"))
     best = ordered[len(ordered) // 2]["phases"]
     return {"epochs": epochs, "runs": runs, "phases": best,
-            "first_step_s": [_first_step(r["phases"]) for r in done],
+            "first_step_s": [_first_step(r["phases"]) for r in done], "bare_first_step_s": bare,
             "wall_s": [r["wall_s"] for r in done], "every_run": [r["phases"] for r in done],
-            "markdown": markdown(best, done, epochs=epochs)}
+            "markdown": markdown(best, done, epochs=epochs, bare=bare)}
 
 
 if __name__ == "__main__":
@@ -206,6 +267,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=RUNS)
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--json", action="store_true", help="print the result as JSON, not Markdown")
+    parser.add_argument("--logs", type=Path, metavar="DIR", help="write each run's manager log there")
     args = parser.parse_args()
-    result = main(args.quick, runs=args.runs, epochs=args.epochs)
+    result = main(args.quick, runs=args.runs, epochs=args.epochs, logs=args.logs)
     print(json.dumps(result, indent=1) if args.json or "markdown" not in result else result["markdown"])

@@ -1,6 +1,13 @@
 """Every goal the benchmarks judge, in one place: placement (issue 8) and speed.
 
 A goal is met only by a measurement that shows it: nothing to compare, or nothing measured, is "not met".
+A goal must be one some policy could meet: "JCT of 8+ GPU jobs at most 0.667 of the original rule's" was
+not (under the calibrated span cost even the ideal bound, which pools every GPU, reaches only 0.62 of it on
+small clusters and 0.82-0.85 on large ones), so the goal is the share of the achievable gain - of the gap
+between the original rule and the ideal bound, how much we close. Equivalence with BestFit is judged on
+the seeds paired (the same trace under both policies): a 95% confidence interval of the ratio, and "within
+1%" only where the whole interval is at most 1.01; a mean over 5 seeds that happens to fall under 1.01 is
+not shown equivalence when single seeds span 0.97-1.02.
 A check that a correct planner passes by construction (no job on more nodes than the fewest possible at that
 moment: the planner computes exactly that) is a sanity check, never a goal. Figures without a goal carry
 `met: None`.
@@ -8,6 +15,8 @@ moment: the planner computes exactly that) is a sanity check, never a goal. Figu
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +31,13 @@ SPANS = (("derived", "the simulator's span cost (5 seeds, all loads and mixes)")
 MANAGER_SECONDS, MANAGER_MIB = 5.0, 1024.0
 PLANNER_CPU_P99_MS = 10.0
 LIST_P50_S, WATCH_P50_S, SERVER_MIB = 0.5, 0.020, 1024.0
+#: start-up goal (issue 29): apply -> first step at most this much over bare horovodrun, and under this
+STARTUP_RATIO, STARTUP_SECONDS = 1.25, 15.0
+#: placement goals: never more than 1% worse than BestFit; at least half of the achievable gain
+BESTFIT_MARGIN, ACHIEVABLE_SHARE = 1.01, 0.5
+#: Student's t, two-sided 95%, by degrees of freedom (seeds - 1); the bench runs 3 to 5 seeds
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228}
 
 
 def _one(rows: Sequence[Row], **where: Any) -> Row | None:
@@ -29,7 +45,75 @@ def _one(rows: Sequence[Row], **where: Any) -> Row | None:
     return got[0] if got else None
 
 
-def judge(rows: Sequence[Row], clusters: Sequence[str], span: str) -> dict[str, Any]:
+def paired_interval(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float, float, float] | None:
+    """The ratio ours/theirs over seeds paired by trace: its geometric mean and 95% confidence interval
+    (Student's t on the per-seed log ratios). None with fewer than 2 pairs."""
+    logs = [math.log(a / b) for a, b in zip(ours, theirs, strict=True)]
+    if len(logs) < 2:
+        return None
+    mean = statistics.fmean(logs)
+    half = T_975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def _by_seed(records: Sequence[Row], span: str) -> dict[tuple[str, str, float, str], dict[int, Row]]:
+    """(cluster, mix, load, policy) -> seed -> that run's metrics."""
+    found: dict[tuple[str, str, float, str], dict[int, Row]] = {}
+    for r in records:
+        if r["span"] == span:
+            found.setdefault((r["cluster"], r["mix"], r["load"], r["policy"]), {})[r["seed"]] = r["metrics"]
+    return found
+
+
+def bestfit_equivalence(records: Sequence[Row], span: str) -> dict[str, Any]:
+    """Every cell (cluster, mix, load) and both means (all jobs, 8+ GPU jobs): ours/BestFit over paired seeds
+    with its 95% interval; within 1% only where the interval's top is at most BESTFIT_MARGIN, worse where its
+    bottom is above it, otherwise not decided by these seeds."""
+    runs = _by_seed(records, span)
+    intervals: list[dict[str, Any]] = []
+    for (cluster, mix, load, policy), mine in sorted(runs.items()):
+        theirs = runs.get((cluster, mix, load, "bestfit"), {}) if policy == "ours" else {}
+        seeds = sorted(set(mine) & set(theirs))
+        for key, jobs in (("jct_mean", "all jobs"), ("jct_mean_8plus", "8+ GPU jobs")):
+            found = paired_interval([mine[s][key] for s in seeds], [theirs[s][key] for s in seeds])
+            if found is not None:
+                ratio, low, high = found
+                verdict = "within" if high <= BESTFIT_MARGIN else "worse" if low > BESTFIT_MARGIN else "open"
+                intervals.append({"cell": f"{cluster} {mix} load {load}, {jobs}", "seeds": len(seeds),
+                                  "ratio": ratio, "low": low, "high": high, "verdict": verdict})
+    count = {v: sum(1 for i in intervals if i["verdict"] == v) for v in ("within", "open", "worse")}
+    widest = max(intervals, key=lambda i: i["high"], default=None)
+    return {"intervals": intervals, **count, "widest": widest,
+            "met": bool(intervals) and count["within"] == len(intervals)}
+
+
+def achievable_gain(rows: Sequence[Row], records: Sequence[Row], clusters: Sequence[str],
+                    span: str) -> list[dict[str, Any]]:
+    """Per cluster (Helios mix, load 0.9, 8+ GPU jobs): of the gap between the original rule's mean JCT and
+    the ideal bound's, the share we close - from the means over seeds, with the range of single seeds."""
+    runs = _by_seed(records, span)
+    found = []
+    for cluster in clusters:
+        at = {"cluster": cluster, "mix": "helios", "load": 0.9, "span": span}
+        mine, orig, ideal = (_one(rows, policy=p, **at) for p in ("ours", "original", "ideal"))
+        if not (mine and orig and ideal) or orig["jct_mean_8plus"] <= ideal["jct_mean_8plus"]:
+            continue
+        gap = orig["jct_mean_8plus"] - ideal["jct_mean_8plus"]
+        per_seed = []
+        cell = [runs.get((cluster, "helios", 0.9, p), {}) for p in ("ours", "original", "ideal")]
+        for seed in sorted(set(cell[0]) & set(cell[1]) & set(cell[2])):
+            o, u, i = (c[seed]["jct_mean_8plus"] for c in (cell[1], cell[0], cell[2]))
+            if o > i:
+                per_seed.append((o - u) / (o - i))
+        found.append({"cluster": cluster, "share": (orig["jct_mean_8plus"] - mine["jct_mean_8plus"]) / gap,
+                      "seed_range": [min(per_seed), max(per_seed)] if per_seed else [],
+                      "ours_vs_original": mine["jct_mean_8plus"] / orig["jct_mean_8plus"],
+                      "ideal_vs_original": ideal["jct_mean_8plus"] / orig["jct_mean_8plus"]})
+    return found
+
+
+def judge(rows: Sequence[Row], clusters: Sequence[str], span: str,
+          records: Sequence[Row] = ()) -> dict[str, Any]:
     ours = pick(rows, policy="ours", span=span)
     beyond = sum(r["beyond_fewest_jobs"] for r in ours)
     worst: tuple[float, str, list[float]] = (0.0, "", [])
@@ -60,14 +144,19 @@ def judge(rows: Sequence[Row], clusters: Sequence[str], span: str) -> dict[str, 
             found = (("ours", mine), ("bestfit", bf), ("original", orig))
             on_min.append({"cluster": cluster,
                            **{p: 1 - r["beyond_empty_share_8plus"] for p, r in found if r}})
+    equivalence = bestfit_equivalence(records, span)
+    achievable = achievable_gain(rows, records, clusters, span)
     return {
         "runs": len(ours),
         # the planner takes the fewest nodes possible at that moment by construction: only a bug fails this
         "sanity_fewest_now": {"jobs_beyond": beyond, "ok": bool(ours) and beyond == 0},
+        # the means over seeds, as a figure; the goal is judged on the paired intervals
         "vs_bestfit": {"worst_ratio": worst[0], "where": worst[1], "seed_range": worst[2], "cells": cells,
-                       "cells_over_1pct": cells_over, "met": cells > 0 and cells_over == 0},
-        "vs_original": {"ratios": vs_original, "met": bool(vs_original) and all(r <= 1 / 1.5
-                                                                                 for _, r in vs_original)},
+                       "cells_over_1pct": cells_over, "paired": equivalence, "met": equivalence["met"]},
+        # a figure: the old goal (at most 0.667) was out of reach of any policy, the ideal bound's included
+        "vs_original": {"ratios": vs_original, "met": None},
+        "achievable_gain": {"rows": achievable, "met": bool(achievable) and all(
+            r["share"] >= ACHIEVABLE_SHARE for r in achievable)},
         "gap_closed": {"rows": gap, "met": bool(gap) and all(c >= 0.5 for *_, c in gap)},
         # what fragmentation costs big jobs: on the fewest nodes their size needs on an empty cluster, or not
         "on_min_nodes_8plus": {"rows": on_min},
@@ -86,21 +175,54 @@ def _pct_range(values: Sequence[float]) -> str:
         f"{100 * low:.1f}-{100 * high:.1f}%"
 
 
+def _achievable_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    return "; ".join(
+        f"{r['cluster']}: {100 * r['share']:.0f}%"
+        + (f" (seeds {100 * r['seed_range'][0]:.0f}-{100 * r['seed_range'][1]:.0f}%)"
+           if r["seed_range"] else "") for r in rows)
+
+
+def _equivalence_text(paired: Mapping[str, Any]) -> str:
+    total = len(paired["intervals"])
+    if not total:
+        return "nothing to compare (no paired seeds)"
+    seeds = sorted({i["seeds"] for i in paired["intervals"]})
+    widest = paired["widest"]
+    text = (f"{paired['within']} of {total} cells shown within 1% (95% interval over "
+            f"{'/'.join(map(str, seeds))} paired seeds at most {BESTFIT_MARGIN}), {paired['open']} not "
+            f"decided by these seeds, {paired['worse']} worse")
+    if paired["open"] or paired["worse"]:
+        text += (f"; widest {widest['cell']}: {widest['ratio']:.3f} [{widest['low']:.3f}, "
+                 f"{widest['high']:.3f}]")
+    return text
+
+
+def _equivalence_verdict(paired: Mapping[str, Any]) -> str:
+    """Not met, but neither shown worse: the seeds cannot tell a cell from 1% worse."""
+    if not paired["met"] and paired["open"] and not paired["worse"]:
+        return "**not shown** (no cell worse; more seeds needed)"
+    return _verdict(paired["met"])
+
+
 def placement_checks(g: Mapping[str, Any]) -> list[Check]:
-    """The goals (and the figure) of one span model, as checks; the sanity check is left to the table."""
+    """The goals (and the figures) of one span model, as checks; the sanity check is left to the table."""
     b, orig, gap = g["vs_bestfit"], g["vs_original"]["ratios"], g["gap_closed"]["rows"]
+    achievable = g["achievable_gain"]["rows"]
     closed = [c for *_, c in gap]
     on_min = g.get("on_min_nodes_8plus", {}).get("rows", [])
     shares = {p: [r[p] for r in on_min if p in r] for p in ("ours", "bestfit", "original")}
     return [
-        {"what": "JCT of 8+ GPU jobs at load 0.9, ours / the original rule's",
-         "value": (f"{min(r for _, r in orig):.3f}-{max(r for _, r in orig):.3f} on {len(orig)} clusters"
-                   if orig else "nothing to compare"),
-         "goal": "at most 0.667 on every cluster", "met": g["vs_original"]["met"]},
-        {"what": "mean JCT, ours / Kueue BestFit's (all jobs and 8+ GPU jobs)",
-         "value": (f"worst {b['worst_ratio']:.3f} ({b['where']}); {b['cells_over_1pct']} of {b['cells']} "
-                   "cells over 1.01" if b["cells"] else "nothing to compare"),
-         "goal": "at most 1.01 in every cluster, load and mix", "met": b["met"]},
+        {"what": "share of the achievable gain, 8+ GPU jobs at load 0.9: of the gap between the original "
+                 "rule's mean JCT and the ideal bound's, what we close",
+         "value": (f"{100 * min(r['share'] for r in achievable):.0f}-"
+                   f"{100 * max(r['share'] for r in achievable):.0f}% on {len(achievable)} clusters ("
+                   + _achievable_text(achievable) + ")" if achievable else "nothing to compare"),
+         "goal": f"at least {100 * ACHIEVABLE_SHARE:.0f}% on every cluster",
+         "met": g["achievable_gain"]["met"]},
+        {"what": "mean JCT, ours / Kueue BestFit's (all jobs and 8+ GPU jobs), paired seeds",
+         "value": _equivalence_text(b["paired"]),
+         "goal": f"at most {BESTFIT_MARGIN} in every cluster, load and mix, the whole 95% interval",
+         "met": b["met"], "verdict": _equivalence_verdict(b["paired"])},
         {"what": "BestFit's gap to the ideal bound that we close (8+ GPU jobs, C2 and C3, load 0.9)",
          "value": (f"{100 * min(closed):+.0f}% to {100 * max(closed):+.0f}%" if closed
                    else "nothing to compare"),
@@ -110,20 +232,26 @@ def placement_checks(g: Mapping[str, Any]) -> list[Check]:
                    f"rule {_pct_range(shares['original'])}) over {len(on_min)} clusters"
                    if shares["ours"] else "not in the results"),
          "goal": "none set; BestFit's share for reference", "met": None},
+        {"what": "JCT of 8+ GPU jobs at load 0.9, ours / the original rule's",
+         "value": (f"{min(r for _, r in orig):.3f}-{max(r for _, r in orig):.3f} on {len(orig)} clusters"
+                   if orig else "nothing to compare"),
+         "goal": "none: the ideal bound's own ratio is " + (
+             f"{min(r['ideal_vs_original'] for r in achievable):.2f}-"
+             f"{max(r['ideal_vs_original'] for r in achievable):.2f}" if achievable else "unknown")
+         + " (the share above is the goal)", "met": None},
     ]
 
 
 def _goal_cells(g: Mapping[str, Any]) -> list[str]:
     b = g["vs_bestfit"]
-    spread = f"{b['seed_range'][0]:.2f}-{b['seed_range'][1]:.2f}" if b["seed_range"] else "n/a"
     on_min = g.get("on_min_nodes_8plus", {}).get("rows", [])
     sanity = g["sanity_fewest_now"]
+    achievable = g["achievable_gain"]["rows"]
     return [
-        (f"{b['cells_over_1pct']} of {b['cells']} cells more than 1% worse; worst ours/BestFit "
-         f"{b['worst_ratio']:.3f} ({b['where']}; geometric mean over seeds, single seeds {spread})"
-         if b["cells"] else "no cell to compare") + ": " + _verdict(b["met"]),
-        (", ".join(f"{c}: {r:.3f}" for c, r in g["vs_original"]["ratios"]) or "nothing to compare") + ": "
-        + _verdict(g["vs_original"]["met"]),
+        _equivalence_text(b["paired"]) + (
+            f"; means over seeds: worst {b['worst_ratio']:.3f} ({b['where']})" if b["cells"] else "")
+        + ": " + _equivalence_verdict(b["paired"]),
+        (_achievable_text(achievable) or "nothing to compare") + ": " + _verdict(g["achievable_gain"]["met"]),
         ("; ".join(f"{c}: BestFit {b_:.3f}x, ours {o:.3f}x, closed {100 * closed:.0f}%"
                    for c, b_, o, closed in g["gap_closed"]["rows"]) or "nothing to compare") + ": "
         + _verdict(g["gap_closed"]["met"]),
@@ -131,24 +259,30 @@ def _goal_cells(g: Mapping[str, Any]) -> list[str]:
                    + (f", BestFit {100 * r['bestfit']:.1f}%" if "bestfit" in r else "")
                    + (f", original {100 * r['original']:.1f}%" if "original" in r else "") for r in on_min)
          or "not in the results") + ": " + _verdict(None),
+        (", ".join(f"{r['cluster']}: ours {r['ours_vs_original']:.3f}, ideal {r['ideal_vs_original']:.3f}"
+                   for r in achievable) or "nothing to compare") + ": " + _verdict(None),
         f"{sanity['jobs_beyond']} job(s) on more nodes than the fewest possible at that moment: "
         + ("passed" if sanity["ok"] else "**failed**"),
     ]
 
 
 GOALS = ("goal: never more than 1% worse than BestFit (mean JCT of all jobs and of 8+ GPU jobs, every "
-         "cluster, load and mix)",
-         "goal: JCT of 8+ GPU jobs at load 0.9 at most 1/1.5 (0.667) of the original rule's",
+         "cluster, load and mix), shown by the 95% interval over paired seeds",
+         "goal: close at least half of the achievable gain - the gap between the original rule's mean JCT of "
+         "8+ GPU jobs and the ideal bound's - on every cluster at load 0.9 (Helios mix)",
          "goal: close at least half of BestFit's gap to the ideal bound (JCT of 8+ GPU jobs) on C2 and C3 at "
          "load 0.9",
          "figure: share of 8+ GPU jobs placed on the fewest nodes their size needs on an empty cluster, "
          "load 0.9 (Helios mix)",
+         "figure: JCT of 8+ GPU jobs at load 0.9, ours and the ideal bound's / the original rule's (the "
+         "former goal, at most 0.667, no policy can meet: the ideal bound itself does not on large clusters)",
          "sanity check, not a goal: no job on more nodes than the fewest possible at that moment (the "
          "planner computes exactly that, so only a bug fails it)")
 
 
-def goals(rows: Sequence[Row], clusters: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    judged = {span: judge(rows, clusters, span) for span, _ in SPANS}
+def goals(rows: Sequence[Row], clusters: Sequence[str],
+          records: Sequence[Row] = ()) -> tuple[str, dict[str, Any]]:
+    judged = {span: judge(rows, clusters, span, records) for span, _ in SPANS}
     shown = [(span, title) for span, title in SPANS if judged[span]["runs"]]
     body = [[goal, *[_goal_cells(judged[span])[i] for span, _ in shown]] for i, goal in enumerate(GOALS)]
     return table(["", *[title for _, title in shown]], body), judged
@@ -227,9 +361,26 @@ def apiserver_checks(result: Mapping[str, Any] | None) -> list[Check]:
     return checks
 
 
+def startup_checks(result: Mapping[str, Any] | None) -> list[Check]:
+    """The demo's start-up against bare horovodrun of the same ranks, timed in the same run (issue 29)."""
+    what = "`kubectl apply` -> first training step (the demo's 6 ranks), and over bare horovodrun's"
+    goal = f"at most {STARTUP_RATIO:g}x bare horovodrun and under {STARTUP_SECONDS:g} s (medians)"
+    ours = [f for f in (result or {}).get("first_step_s", []) if f is not None]
+    bare = list((result or {}).get("bare_first_step_s", []))
+    if not ours or not bare:
+        return [_not_measured(what, goal, "not measured beside bare horovodrun")]
+    mine, floor = statistics.median(ours), statistics.median(bare)
+    value = (f"{mine:.2f} s ({min(ours):.2f}-{max(ours):.2f}), bare {floor:.2f} s ({min(bare):.2f}-"
+             f"{max(bare):.2f}): {mine / floor:.2f}x, n={len(ours)}")
+    return [{"what": what, "value": value, "goal": goal,
+             "met": mine / floor <= STARTUP_RATIO and mine < STARTUP_SECONDS}]
+
+
 def speed_checks(speed: Mapping[str, Any]) -> list[Check]:
     """Checks for the speed benches present in `speed` (a bench not in it is not judged at all)."""
     out: list[Check] = []
+    if "demo_phases" in speed:
+        out += startup_checks(speed["demo_phases"])
     if "scale" in speed:
         out += scale_checks(speed["scale"])
     if "planner_speed" in speed:
@@ -241,4 +392,4 @@ def speed_checks(speed: Mapping[str, Any]) -> list[Check]:
 
 def checks_table(checks: Sequence[Check]) -> str:
     return table(["", "measured", "goal", ""],
-                 [[c["what"], c["value"], c["goal"], _verdict(c["met"])] for c in checks])
+                 [[c["what"], c["value"], c["goal"], c.get("verdict") or _verdict(c["met"])] for c in checks])

@@ -212,6 +212,9 @@ ENV_JOB_NAME = "DT_JOB_NAME"        # informational: which job a pod belongs to,
 # DT_POD_ENV) to a file, sshd names it to the ranks it starts (DT_HOST_ENV_FILE), and each rank loads it last
 ENV_POD_ENV = "DT_POD_ENV"          # worker: the template's variable names, comma-separated
 ENV_HOST_ENV_FILE = "DT_HOST_ENV_FILE"  # a rank on a worker: the file of that worker's own variables
+# the base image: the Horovod controllers its build-time `horovodrun --check-build` found (gloo, or gloo,mpi);
+# the chief's launcher then starts horovodrun without that check (chief/horovodrun.py)
+ENV_HOROVOD_BUILD_CHECKED = "DT_HOROVOD_BUILD_CHECKED"
 # elastic jobs (chief): horovodrun --min-np/--max-np, and how long Horovod waits for its minimum
 ENV_MIN_PROCESSES = "DT_MIN_PROCESSES"
 ENV_MAX_PROCESSES = "DT_MAX_PROCESSES"

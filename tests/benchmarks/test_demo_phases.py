@@ -8,6 +8,7 @@ from bench.measure import demo_phases
 
 # the shape of a real manager log (make demo), shortened; the launcher's times are local time
 LOG = """\
+2026-11-22T03:02:30.900Z distributetrain: manager started
 2026-11-22T03:02:31.500Z distributetrain: inventory: 4 node(s), 3 eligible; 10 of 10 nvidia.com/gpu free
 2026-11-22T03:02:31.510Z distributetrain:   NODE    ALLOCATABLE  REQUESTED  FREE  ELIGIBLE
 2026-11-22T03:02:31.600Z distributetrain: plan (attempt 1): 6 GPU(s) as 5 on node-1, 1 on node-3
@@ -40,7 +41,8 @@ def test_every_phase_is_timed_from_kubectl_apply() -> None:
     rows = demo_phases.phase_table(log, applied=utc("2026-11-22T03:02:30"))
     got = {r["phase"]: (round(r["since_apply_s"], 3), round(r["phase_s"], 3)) for r in rows}
     assert got == {
-        "manager up, cluster listed (inventory)": (1.5, 1.5),
+        "manager pod started (Manager.sh's first line)": (0.9, 0.9),
+        "manager up, cluster listed (inventory)": (1.5, 0.6),
         "plan": (1.6, 0.1),
         "workers created": (1.8, 0.2),
         "workers Running and Ready": (3.8, 2.0),
@@ -68,3 +70,17 @@ def test_the_manifest_applied_is_the_users_with_a_short_training() -> None:
     text = demo_phases.manager_manifest(epochs=2)
     assert "python3 /opt/distributetrain/Train.py --epochs 2" in text
     assert "train-6gpu" in text and "distributetrain-serviceaccount" in text
+
+
+def test_the_start_up_is_given_with_its_spread_beside_bare_horovodrun() -> None:
+    def run(first_step: float) -> dict[str, object]:
+        return {"phases": [{"phase": "first training step ended", "since_apply_s": first_step,
+                            "phase_s": 1.0}], "wall_s": 30.0}
+
+    median = [{"phase": "first training step ended", "since_apply_s": 15.0, "phase_s": 1.0}]
+    text = demo_phases.markdown(median, [run(14.0), run(15.0), run(18.0)], epochs=2, bare=[12.0, 13.0, 12.5])
+    assert "median 15.00 s (range 14.00-18.00), n=3" in text
+    assert "median 12.50 s (range 12.00-13.00), n=3" in text
+    assert "Ratio of the medians 1.20x" in text
+    assert ("Run by run, against the bare run right after it: 1.17x, 1.15x, 1.44x; ours minus bare 2.0, "
+            "2.0, 5.5 s.") in text

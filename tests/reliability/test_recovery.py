@@ -168,7 +168,7 @@ def test_restart_job_resumes_from_its_last_checkpoint(local_cluster_factory: Fac
     text = manager.recorder.text
     assert code == 0, text[-8000:]
     assert saved >= 3, saved  # not epoch 1: the work of the epochs before the loss is kept
-    assert "relaunching the training from its latest checkpoint (relaunch 1 of 2)" in text
+    assert "relaunching the training, from its latest checkpoint if it keeps one (relaunch 1 of 2)" in text
     assert f"ended with exit code 0, after 1 restart(s) (the training resumed from epoch {saved})" in text
     accuracy = float(re.findall(r"final_accuracy=([0-9.]+)", text)[-1])
     assert accuracy >= ACCURACY_THRESHOLD

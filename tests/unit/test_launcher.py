@@ -70,7 +70,7 @@ def test_the_total_must_match_the_jobs_processes() -> None:
 
 def test_horovodrun_argv() -> None:
     argv = launcher.horovodrun_argv(
-        horovodrun="horovodrun", num_proc=6, hostfile=Path("/tmp/w/hostfile"), ssh_port=2222,
+        horovodrun=["horovodrun"], num_proc=6, hostfile=Path("/tmp/w/hostfile"), ssh_port=2222,
         identity_file=Path("/root/.ssh/id_ed25519"), transport="gloo", network_interface="eth0",
         start_timeout=120, command=["python3", "/opt/distributetrain/Train.py", "--epochs", "5"])
     assert argv == [
@@ -81,11 +81,40 @@ def test_horovodrun_argv() -> None:
 
 def test_horovodrun_argv_mpi_without_interface() -> None:
     argv = launcher.horovodrun_argv(
-        horovodrun="/opt/venv/bin/horovodrun", num_proc=1, hostfile=Path("h"), ssh_port=22,
+        horovodrun=["/opt/venv/bin/horovodrun"], num_proc=1, hostfile=Path("h"), ssh_port=22,
         identity_file=Path("k"), transport="mpi", network_interface=None, start_timeout=0.4, command=["t"])
     assert "--mpi" in argv and "--gloo" not in argv and "--network-interface" not in argv
     assert argv[argv.index("--start-timeout") + 1] == "1"
     assert argv[-1] == "t"
+
+
+def test_an_image_that_vouches_for_its_horovod_build_starts_horovodrun_without_the_check() -> None:
+    command = launcher.horovodrun_command({"DT_HOROVOD_BUILD_CHECKED": "gloo"}, python="/opt/venv/bin/python",
+                                          console_script="/opt/venv/bin/horovodrun", horovod_version="0.28.1")
+    argv = launcher.horovodrun_argv(
+        horovodrun=command, num_proc=2, hostfile=Path("h"), ssh_port=2222, identity_file=Path("k"),
+        transport="gloo", network_interface="eth0", start_timeout=30, command=["python3", "Train.py"])
+    assert argv[:5] == ["/opt/venv/bin/python", "-m", "distributetrain.chief.horovodrun", "-np", "2"]
+
+
+@pytest.mark.parametrize(("env", "version"), [
+    ({}, "0.28.1"),                                             # an image that checked nothing
+    ({"DT_HOROVOD_BUILD_CHECKED": ""}, "0.28.1"),
+    ({"DT_HOROVOD_BUILD_CHECKED": "nccl"}, "0.28.1"),           # not a controller horovodrun checks
+    ({"DT_HOROVOD_BUILD_CHECKED": "gloo"}, "0.27.0"),           # a Horovod whose launch.py was not read
+    ({"DT_HOROVOD_BUILD_CHECKED": "gloo"}, None),
+])
+def test_otherwise_horovodrun_checks_its_build_as_always(env: dict[str, str], version: str | None) -> None:
+    assert launcher.horovodrun_command(env, python="python3", console_script="/venv/bin/horovodrun",
+                                       horovod_version=version) == ["/venv/bin/horovodrun"]
+
+
+def test_the_controllers_an_image_vouches_for() -> None:
+    from distributetrain.chief import horovodrun
+
+    assert horovodrun.vouched({"DT_HOROVOD_BUILD_CHECKED": "gloo, MPI"}, horovod_version="0.28.1") == {
+        "gloo", "mpi"}
+    assert horovodrun.vouched({"DT_HOROVOD_BUILD_CHECKED": "gloo"}, horovod_version="0.28.1") == {"gloo"}
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -95,7 +124,7 @@ def test_horovodrun_argv_mpi_without_interface() -> None:
 ])
 def test_horovodrun_argv_refuses(change: dict[str, object], message: str) -> None:
     args: dict[str, object] = {
-        "horovodrun": "horovodrun", "num_proc": 2, "hostfile": Path("h"), "ssh_port": 2222,
+        "horovodrun": ["horovodrun"], "num_proc": 2, "hostfile": Path("h"), "ssh_port": 2222,
         "identity_file": Path("k"), "transport": "gloo", "network_interface": None, "start_timeout": 30.0,
         "command": ["python3"]}
     args.update(change)

@@ -81,7 +81,7 @@ WORKER = {
         "volumeMounts": [SSH_MOUNT, SHM_MOUNT],
         "securityContext": RESTRICTED,
         "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
-        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 2, "timeoutSeconds": 1,
+        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1, "timeoutSeconds": 1,
                            "failureThreshold": 3},
     }]},
 }

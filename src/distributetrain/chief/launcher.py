@@ -38,7 +38,7 @@ from pathlib import Path
 from types import FrameType
 
 from distributetrain import naming
-from distributetrain.chief import discovery, preflight, relaunch, ssh
+from distributetrain.chief import discovery, horovodrun, preflight, relaunch, ssh
 from distributetrain.chief.discovery import Elastic
 from distributetrain.chief.settings import Settings, parse_settings
 from distributetrain.errors import DistributeTrainError, InvalidInput, ScheduleTimeout, SshUnreachable
@@ -92,7 +92,7 @@ def check_total(hosts: Sequence[HostSlots], expected: int | None) -> int:
 
 def horovodrun_argv(
     *,
-    horovodrun: str,
+    horovodrun: Sequence[str],
     num_proc: int,
     hostfile: Path,
     ssh_port: int,
@@ -113,7 +113,7 @@ def horovodrun_argv(
         raise InvalidInput("command: empty; give the training command after `--`")
     hosts = ["--hostfile", str(hostfile)] if elastic is None else discovery.horovodrun_args(elastic)
     argv = [
-        horovodrun, "-np", str(num_proc), *hosts, "-p", str(ssh_port),
+        *horovodrun, "-np", str(num_proc), *hosts, "-p", str(ssh_port),
         "--ssh-identity-file", str(identity_file), f"--{transport}",
         "--start-timeout", str(max(1, round(start_timeout))), "--disable-cache",
     ]
@@ -259,12 +259,22 @@ def _ssh_wrapper(work: Path, *, aliases: bool = False) -> Path:
     return bindir
 
 
-def _horovodrun() -> str:
+def horovodrun_command(env: Mapping[str, str], *, python: str, console_script: str,
+                       horovod_version: str | None) -> list[str]:
+    """How to start horovodrun: its console script, or, when the image vouches for Horovod's build
+    (horovodrun.vouched), its own entry point without the ~1.5 s build check it repeats at every launch."""
+    if horovodrun.vouched(env, horovod_version=horovod_version):
+        return [python, "-m", horovodrun.__name__]
+    return [console_script]
+
+
+def _horovodrun(env: Mapping[str, str]) -> list[str]:
     beside = Path(sys.executable).parent / "horovodrun"
     found = str(beside) if beside.exists() else shutil.which("horovodrun")
     if found is None:
         raise InvalidInput("horovodrun: not found next to this Python nor on PATH; is Horovod installed?")
-    return found
+    return horovodrun_command(env, python=sys.executable, console_script=found,
+                              horovod_version=horovodrun.installed_horovod())
 
 
 def _stream(argv: Sequence[str], env: Mapping[str, str]) -> tuple[int, Failure | None]:
@@ -311,7 +321,12 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
             work, python=sys.executable, hostfile_path=settings.hostfile,
             chief=HostSlots(settings.pod_ip, settings.slots), min_processes=recovery.min_processes,
             max_processes=recovery.max_processes or num_proc, timeout=recovery.elastic_timeout)
-        interface = settings.network_interface or (elastic.interface if elastic else None)
+        # Told the interface, horovodrun skips its probe of every host's interfaces (a task service started
+        # over ssh on each, then each probing the others): pods get their network on one interface name (the
+        # CNI's eth0), so the chief's own is every pod's. The probe still runs if this pod's address is on no
+        # interface found here.
+        interface = settings.network_interface or (elastic.interface if elastic else
+                                                   discovery.interface_of(settings.pod_ip))
         child_env = dict(env)
         # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
         # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.
@@ -321,9 +336,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         if settings.preflight:
             log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
             check = horovodrun_argv(
-                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
-                network_interface=settings.network_interface, start_timeout=settings.start_timeout,
+                network_interface=interface, start_timeout=settings.start_timeout,
                 command=preflight.command(hosts, sizes=settings.preflight_sizes, iterations=5))
             nodes = read_nodes(settings.hostfile.parent / naming.NODES_KEY)
             if settings.node_name:
@@ -336,7 +351,7 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         def launch(hosts: Sequence[HostSlots]) -> int:
             final.write_text(render_hostfile(hosts))
             argv = horovodrun_argv(
-                horovodrun=_horovodrun(), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
                 network_interface=interface, start_timeout=settings.start_timeout,
                 command=with_host_env(settings.command), elastic=elastic,

@@ -444,7 +444,10 @@ def worker_pod(spec: JobSpec, *, index: int, entry: Entry, owner: ManagerIdentit
     container = {"name": naming.WORKER_CONTAINER, "args": [naming.ENTRYPOINT_WORKER],
                  "env": env, "volumeMounts": mounts,
                  "ports": [{"name": "ssh", "containerPort": spec.ssh_port, "protocol": "TCP"}],
-                 "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 2,
+                 # 1 s: the gang (and so the chief, and the first step) waits for the last worker's first
+                 # passing probe, on average half a period after its sshd listens; a TCP connect a second
+                 # is nothing beside the training
+                 "readinessProbe": {"tcpSocket": {"port": spec.ssh_port}, "periodSeconds": 1,
                                     "timeoutSeconds": 1, "failureThreshold": 3}}
     return _pod(spec, naming.worker_name(spec.job_name, index), naming.ROLE_WORKER, entry, container, volumes,
                 owner, policies=policies, gang=gang)
