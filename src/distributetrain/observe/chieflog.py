@@ -9,9 +9,15 @@ observe/progress.py's and manager/recovery.py's.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from distributetrain.hostfile import HostSlots
+
 _RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
+# the launcher's `hostfile: 10.0.0.5 slots=1, 10.0.0.6 slots=2` as each horovodrun starts, chief first
+_HOSTFILE = re.compile(rb"^launcher \S+ \S+ INFO hostfile: (.*)$")
+_HOST = re.compile(r"^(\S+) slots=(\d{1,6})$")
 
 
 @dataclass(frozen=True)
@@ -36,3 +42,32 @@ def parse_rank_failed(line: bytes) -> RankFailed | None:
     if match is None:
         return None
     return RankFailed(int(match[1]), match[2].decode("utf-8", "replace"), int(match[3]))
+
+
+def hostfile(hosts: Sequence[HostSlots]) -> str:
+    """The launcher's line for the hostfile a horovodrun starts with, in rank order (the chief first)."""
+    return "hostfile: " + ", ".join(f"{h.host} slots={h.slots}" for h in hosts)
+
+
+def parse_hostfile(line: bytes) -> tuple[HostSlots, ...] | None:
+    """The hosts a launcher's hostfile line names, in rank order; None when it is not that line."""
+    match = _HOSTFILE.match(line.rstrip(b"\r\n"))
+    if match is None:
+        return None
+    hosts = []
+    for part in match[1].decode("utf-8", "replace").split(", "):
+        found = _HOST.match(part.strip())
+        if found is None:
+            return None
+        hosts.append(HostSlots(found[1], int(found[2])))
+    return tuple(hosts)
+
+
+def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
+    """The host of a rank: Horovod fills hosts in hostfile order, every slot of one host before the next
+    (horovod/runner/common/util/hosts.py, get_host_assignments)."""
+    for h in hosts:
+        if rank < h.slots:
+            return h.host
+        rank -= h.slots
+    return None

@@ -37,6 +37,8 @@ TRAINING_FAILED = "TrainingFailed"
 JOB_FAILED = "JobFailed"
 CLEANED_UP = "CleanedUp"
 RESTARTED = "Restarted"
+TRAINING_HUNG = "TrainingHung"
+STRAGGLER = "Straggler"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,164 @@
+"""The watchdog's core (manager/watchdog.py): the chief's log lines and a clock in, a hang and its culprit
+out. Each test plays the log of a 3-rank job (rank 0 on the chief, 1 and 2 on two workers) as the manager
+would read it."""
+
+from __future__ import annotations
+
+import pytest
+
+from distributetrain.hostfile import HostSlots
+from distributetrain.manager import watchdog
+from distributetrain.manager.watchdog import Watchdog
+from distributetrain.observe import chieflog
+
+HOSTS = (HostSlots("10.0.0.5", 1), HostSlots("10.0.0.6", 1), HostSlots("10.0.0.7", 1))
+HOSTFILE = f"launcher 2026-11-26 10:20:33,123 INFO {chieflog.hostfile(HOSTS)}".encode()
+STARTING = b"launcher 2026-11-26 10:20:33,200 INFO starting: horovodrun -np 3 ..."
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def beat(rank: int, step: int, seconds: float | None = 0.1, done: bool = False) -> bytes:
+    took = f" step_s={seconds}" if seconds is not None else ""
+    return f"[{rank}]<stdout>:dt-progress rank={rank} step={step}{took}{' done=1' if done else ''}".encode()
+
+
+def started(clock: Clock, timeout: float | None = 60.0) -> Watchdog:
+    dog = Watchdog(timeout=timeout, every=10.0, clock=clock)
+    dog.line(HOSTFILE)
+    dog.line(STARTING)
+    return dog
+
+
+def train(dog: Watchdog, clock: Clock, *, seconds: float, ranks: tuple[int, ...] = (0, 1, 2),
+          frozen_step: dict[int, int] | None = None, start: int = 0) -> int:
+    """Every rank beats every 10 s for `seconds`, 100 steps per beat; a rank in `frozen_step` stays at that
+    step (it beats, but its step count no longer grows)."""
+    step = start
+    for _ in range(int(seconds // 10)):
+        clock.now += 10
+        step += 100
+        for rank in ranks:
+            dog.line(beat(rank, (frozen_step or {}).get(rank, step)))
+    return step
+
+
+def test_no_hang_while_every_rank_progresses() -> None:
+    clock = Clock()
+    dog = started(clock)
+    assert dog.wake_at() is None  # nothing to watch before the first heartbeat
+    train(dog, clock, seconds=300)
+    assert dog.wake_at() is not None
+    assert dog.check() is None
+    assert [(r.rank, r.host, r.step) for r in dog.snapshot()] == [
+        (0, "10.0.0.5", 3000), (1, "10.0.0.6", 3000), (2, "10.0.0.7", 3000)]
+
+
+def test_a_frozen_worker_is_the_hang_and_the_ranks_waiting_for_it_are_not() -> None:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=100)
+    # rank 2's processes freeze: it falls silent; ranks 0 and 1 block in the next allreduce and beat on
+    # with the same step count
+    for _ in range(7):
+        clock.now += 10
+        for rank in (0, 1):
+            dog.line(beat(rank, step + 10, None))
+    hang = dog.check()
+    assert hang is not None
+    assert [(r.rank, r.host, r.step) for r in hang.ranks] == [(2, "10.0.0.7", step)]
+    assert hang.how == "silent" and hang.timeout == 60.0 and hang.stalled_for >= 60.0
+
+
+def test_no_hang_before_the_timeout() -> None:
+    clock = Clock()
+    dog = started(clock)
+    train(dog, clock, seconds=50)
+    clock.now += 59
+    assert dog.check() is None
+    clock.now += 2
+    assert dog.check() is not None
+
+
+def test_when_every_rank_is_alive_and_stuck_horovods_stall_inspector_names_the_missing_rank() -> None:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=50)
+    for line in [b"[0]<stderr>:[2026-11-26 10:21:07.345988: W horovod/common/stall_inspector.cc:105] One or "
+                 b"more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and "
+                 b"are waiting for remainder of ranks for more than 30 seconds. ",
+                 b"[0]<stderr>:Missing ranks:",
+                 b"[0]<stderr>:1: [DistributedAdam_Allreduce/cond/HorovodAllreduce_grads_0]",
+                 b"[0]<stderr>:some later line"]:
+        dog.line(line)
+    train(dog, clock, seconds=70, frozen_step={0: step, 1: step, 2: step})  # all alive, none progresses
+    hang = dog.check()
+    assert hang is not None and hang.how == "stall inspector"
+    assert [r.rank for r in hang.ranks] == [1]
+
+
+def test_alive_and_stuck_without_the_stall_inspector_names_the_rank_that_stopped_first() -> None:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=50)
+    train(dog, clock, seconds=30, frozen_step={1: step}, start=step)  # rank 1 stops first
+    train(dog, clock, seconds=60, frozen_step={0: step + 300, 1: step, 2: step + 300}, start=step + 300)
+    hang = dog.check()
+    assert hang is not None and hang.how == "stopped first" and [r.rank for r in hang.ranks] == [1]
+
+
+def test_the_default_timeout_is_ten_median_steps_with_a_five_minute_floor() -> None:
+    assert watchdog.hang_timeout(None, []) == 300.0
+    assert watchdog.hang_timeout(None, [0.1, 0.2, 50.0]) == 300.0
+    assert watchdog.hang_timeout(None, [40.0, 45.0, 60.0]) == 450.0
+    assert watchdog.hang_timeout(20.0, [40.0, 45.0, 60.0]) == 20.0  # an explicit timeout wins
+    clock = Clock()
+    dog = started(clock, timeout=None)
+    train(dog, clock, seconds=50)
+    assert dog.timeout() == 300.0
+    clock.now += 200
+    assert dog.check() is None
+
+
+def test_a_rank_done_training_is_not_hung_and_a_relaunch_starts_the_watch_afresh() -> None:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=50)
+    for rank in (0, 1, 2):
+        dog.line(beat(rank, step, None, done=True))  # evaluation and saving follow: no steps
+    clock.now += 600
+    assert dog.check() is None
+    dog.line(STARTING)  # the launcher relaunches (restart): new processes
+    assert dog.snapshot() == () and dog.wake_at() is None
+
+
+def test_after_a_gloo_timeout_the_culprit_is_the_rank_that_fell_silent_not_the_one_that_failed() -> None:
+    clock = Clock()
+    dog = started(clock, timeout=None)  # 300 s: Gloo's 30 s timeout fails rank 0 first
+    step = train(dog, clock, seconds=100)
+    for _ in range(3):  # rank 1 frozen; 0 and 2 wait in the allreduce until Gloo fails rank 0
+        clock.now += 10
+        for rank in (0, 2):
+            dog.line(beat(rank, step + 10, None))
+    hang = dog.blame(failed_rank=0)
+    assert hang is not None and [(r.rank, r.host) for r in hang.ranks] == [(1, "10.0.0.6")]
+    assert dog.blame(failed_rank=1) is None  # it failed itself (killed): horovodrun's report stands
+
+
+def test_a_failure_with_every_rank_beating_to_the_end_blames_no_one() -> None:
+    clock = Clock()
+    dog = started(clock, timeout=None)
+    train(dog, clock, seconds=100)
+    assert dog.blame(failed_rank=0) is None
+
+
+@pytest.mark.parametrize(("timeout", "stall"), [(None, None), (20.0, 10), (90.0, 45), (3600.0, 60)])
+def test_horovods_stall_check_speaks_before_the_watchdog_acts(timeout: float | None, stall: int | None
+                                                             ) -> None:
+    assert watchdog.stall_check_seconds(timeout) == stall
