@@ -8,6 +8,7 @@ import pytest
 
 from distributetrain.hostfile import HostSlots
 from distributetrain.manager import watchdog
+from distributetrain.manager.posttraining import describe_hang
 from distributetrain.manager.watchdog import Watchdog
 from distributetrain.observe import chieflog
 
@@ -162,3 +163,27 @@ def test_a_failure_with_every_rank_beating_to_the_end_blames_no_one() -> None:
 def test_horovods_stall_check_speaks_before_the_watchdog_acts(timeout: float | None, stall: int | None
                                                              ) -> None:
     assert watchdog.stall_check_seconds(timeout) == stall
+
+
+def _pod(name: str, role: str, node: str, ip: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {"distributetrain.io/role": role}},
+            "spec": {"nodeName": node}, "status": {"podIP": ip, "phase": "Running"}}
+
+
+def test_the_manager_names_the_stuck_ranks_pod_node_and_last_step() -> None:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=50)
+    for _ in range(7):
+        clock.now += 10
+        for rank in (0, 2):
+            dog.line(beat(rank, step + 10, None))
+    hang = dog.check()
+    assert hang is not None
+    pods = {"train-chief": _pod("train-chief", "chief", "node-1", "10.0.0.5"),
+            "train-worker-0": _pod("train-worker-0", "worker", "node-2", "10.0.0.6"),
+            "train-worker-1": _pod("train-worker-1", "worker", "node-3", "10.0.0.7")}
+    assert describe_hang(hang, pods) == (
+        f"rank 1 on worker train-worker-0, node node-2, 10.0.0.6, last step {step}: fell silent (its "
+        "processes stopped: frozen, or its node or network lost) while the others waited for it; no step for "
+        "70s (hang timeout 60s)")
