@@ -32,9 +32,10 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot, Watched
 from distributetrain.manager import cleanup
 from distributetrain.manager.keeper import Keeper, keeper_for
-from distributetrain.manager.watchdog import CHECK_EVERY, Hang, Watchdog
+from distributetrain.manager.watchdog import CHECK_EVERY, STRAGGLER_BEATS, Hang, Watchdog
 from distributetrain.observe import chieflog, joblog
 from distributetrain.observe.joblog import Reporter
+from distributetrain.observe.jobstate import RankState
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
                 if deadline is not None and clock() >= deadline:
                     raise DeadlineExceeded(f"job {job}: the active deadline passed while training ran; the "
                                            "job was stopped (raise --active-deadline if it needs longer)")
-                hang = _due(watchdog, clock())
+                hang = _due(watchdog, clock(), watched.objects, reporter)
                 if hang is not None:
                     names = _act_on_hang(hang, action, watchdog=watchdog, pods=watched.objects,
                                          reporter=reporter, keeper=keeper)
@@ -225,9 +226,29 @@ def _both(first: Callable[[bytes], None], second: Callable[[bytes], None]) -> Ca
     return sink
 
 
-def _due(watchdog: Watchdog, now: float) -> Hang | None:
+def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], reporter: Reporter
+         ) -> Hang | None:
+    """The watchdog's periodic look: the ranks' step times to the metrics, stragglers reported, a hang."""
     wake = watchdog.wake_at()
-    return watchdog.check() if wake is not None and now >= wake else None
+    if wake is None or now < wake:
+        return None
+    rows = []
+    for seen in watchdog.snapshot():
+        found = _pod_of_host(seen.host, pods)
+        pod, node = (found[0], podstatus.node(found[1]) or "") if found else (seen.host or "", "")
+        rows.append(RankState(seen.rank, pod, node, seen.step_seconds))
+    reporter.ranks(rows)
+    for slow in watchdog.stragglers():
+        found = _pod_of_host(slow.rank.host, pods)
+        where = slow.rank.host or "an unknown host"
+        if found is not None:
+            where = f"{podstatus.role(found[1]) or 'pod'} {found[0]}, node {podstatus.node(found[1])}"
+        took = slow.rank.step_seconds or 0.0
+        reporter.straggling(found[1] if found else None,
+                            f"straggler: rank {slow.rank.rank} on {where} takes {took:.3f}s a step, "
+                            f"{slow.ratio:.1f} times the other ranks' median {slow.others:.3f}s, for "
+                            f"{STRAGGLER_BEATS} heartbeats in a row")
+    return watchdog.check()
 
 
 def _pods_of(hang: Hang, pods: Mapping[str, podstatus.Pod]) -> list[podstatus.Pod]:

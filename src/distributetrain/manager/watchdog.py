@@ -33,6 +33,8 @@ from dataclasses import dataclass, replace
 from distributetrain.hostfile import HostSlots
 from distributetrain.observe import chieflog, heartbeat, progress
 
+STRAGGLER_FACTOR = 1.5  # a rank whose step time is above this many times the others' median...
+STRAGGLER_BEATS = 3      # ...for this many heartbeats in a row is a straggler (reported once)
 HANG_FACTOR = 10.0
 HANG_FLOOR = 300.0
 SILENT_BEATS = 1.5  # a rank is silent when the others beat this many heartbeat periods after its last
@@ -85,6 +87,26 @@ def hang_timeout(explicit: float | None, step_seconds: list[float]) -> float:
     return max(HANG_FACTOR * median, HANG_FLOOR)
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """A rank slower than the others: its step time over the median of the others'."""
+
+    rank: RankSeen
+    ratio: float
+    others: float  # the other ranks' median step time
+
+
+def straggler_ratio(rank: int, ranks: dict[int, RankSeen]) -> float | None:
+    """The rank's step time over the median of the other training ranks' (None: not two step times)."""
+    mine = ranks[rank].step_seconds if rank in ranks else None
+    others = [r.step_seconds for r in ranks.values()
+              if r.rank != rank and not r.done and r.step_seconds is not None]
+    if mine is None or not others:
+        return None
+    median = statistics.median(others)
+    return mine / median if median > 0 else None
+
+
 def suspects(ranks: dict[int, RankSeen], *, every: float, missing: frozenset[int] = frozenset()
              ) -> tuple[tuple[RankSeen, ...], str] | None:
     """The rank(s) that stopped first among those still training, and how they were found (the module's
@@ -120,6 +142,9 @@ class Watchdog:
         self.missing: frozenset[int] = frozenset()
         self._in_stall = False
         self.next_check: float | None = None
+        self._slow: dict[int, int] = {}           # heartbeats in a row each rank was slow
+        self._stragglers: list[Straggler] = []    # found since the supervisor last asked
+        self._reported: set[int] = set()          # ranks already reported as stragglers
 
     # ---- reading --------------------------------------------------------------------------------------
     def line(self, text: bytes) -> None:
@@ -153,6 +178,7 @@ class Watchdog:
 
     def _reset(self) -> None:
         self.ranks, self.missing, self._in_stall, self.next_check = {}, frozenset(), False, None
+        self._slow, self._stragglers, self._reported = {}, [], set()
 
     def _beat(self, beat: heartbeat.Beat, now: float) -> None:
         seen = self.ranks.get(beat.rank)
@@ -165,8 +191,21 @@ class Watchdog:
                            step_seconds=beat.step_seconds if beat.step_seconds is not None
                            else seen.step_seconds, host=host or seen.host)
         self.ranks[beat.rank] = seen
+        if beat.step_seconds is not None and not beat.done:
+            self._judge_speed(beat.rank)
         if self.next_check is None:
             self.next_check = now + CHECK_EVERY
+
+    def _judge_speed(self, rank: int) -> None:
+        ratio = straggler_ratio(rank, self.ranks)
+        if ratio is None or ratio <= STRAGGLER_FACTOR:
+            self._slow[rank] = 0
+            return
+        self._slow[rank] = self._slow.get(rank, 0) + 1
+        if self._slow[rank] >= STRAGGLER_BEATS and rank not in self._reported:
+            self._reported.add(rank)
+            seen = self.ranks[rank]
+            self._stragglers.append(Straggler(seen, ratio, (seen.step_seconds or 0.0) / ratio))
 
     # ---- answering ------------------------------------------------------------------------------------
     def timeout(self) -> float:
@@ -204,6 +243,12 @@ class Watchdog:
             return None
         ranks, how = found
         return Hang(ranks, how, now - min(r.progressed_at for r in ranks), self.timeout())
+
+    def stragglers(self) -> list[Straggler]:
+        """The stragglers found since the last call (each rank once per launch)."""
+        with self._lock:
+            found, self._stragglers = self._stragglers, []
+        return found
 
     def snapshot(self) -> tuple[RankSeen, ...]:
         with self._lock:

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
+from distributetrain.observe.jobstate import RankState
 from distributetrain.placement.inventory import NodeGpus
 
 # a 1,000-node cluster must not flood the log: beyond this many nodes, the ones with the most free GPUs
@@ -87,6 +88,9 @@ class Reporter:
     def straggling(self, pod: Mapping[str, Any] | None, why: str) -> None:
         """A rank runs slower than the others (its pod, if known)."""
         self.say(why)
+
+    def ranks(self, ranks: Sequence[RankState]) -> None:
+        """Every training rank's latest step time, where it runs (the metrics)."""
 
     def finished(self, code: int, detail: str) -> None:
         """The chief ended with the training's exit code (`detail`: which rank failed, if one did)."""

@@ -39,6 +39,16 @@ class PodState:
 
 
 @dataclass(frozen=True)
+class RankState:
+    """One training rank as its heartbeats show it (manager/watchdog.py): where it runs and its step time."""
+
+    rank: int
+    pod: str
+    node: str
+    step_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class JobState:
     """The job as the manager last saw it. Times are Unix seconds."""
 
@@ -55,10 +65,21 @@ class JobState:
     first_step_at: float | None = None
     progress: Progress | None = None
     exit_code: int | None = None
+    ranks: tuple[RankState, ...] = ()  # every rank's latest step time, from the heartbeats
 
     @property
     def held(self) -> int:
         return sum(p.gpus for p in self.pods)
+
+    @property
+    def skew(self) -> float | None:
+        """The slowest rank's step time over the median rank's; None without two ranks' step times."""
+        times = sorted(r.step_seconds for r in self.ranks if r.step_seconds is not None)
+        if len(times) < 2:
+            return None
+        middle = len(times) // 2
+        median = times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+        return times[-1] / median if median > 0 else None
 
     @property
     def workers(self) -> int:
@@ -165,12 +186,13 @@ def loads(text: str) -> JobState:
     try:
         data = json.loads(text)
         pods = tuple(PodState(**p) for p in data.pop("pods"))
+        ranks = tuple(RankState(**r) for r in data.pop("ranks", ()))
         reached = tuple((str(n), float(t)) for n, t in data.pop("reached"))
         report = data.pop("progress")
         if report is not None:
             report["extra"] = tuple((str(k), float(v)) for k, v in report["extra"])
             report = Progress(**report)
-        return JobState(pods=pods, reached=reached, progress=report, **data)
+        return JobState(pods=pods, reached=reached, progress=report, ranks=ranks, **data)
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as err:
         raise ValueError(f"not a job state: {err}") from err
 

@@ -213,6 +213,14 @@ class Observer(joblog.Reporter):
         self._job_event(events.STRAGGLER, why, type=events.WARNING)
 
     @_never_raises
+    def ranks(self, ranks: Sequence[jobstate.RankState]) -> None:
+        with self._state_lock:
+            if tuple(ranks) == self.state.ranks:
+                return
+            self.state = jobstate.replace(self.state, ranks=tuple(ranks))
+        self._publish(urgent=False)
+
+    @_never_raises
     def finished(self, code: int, detail: str) -> None:
         with self._state_lock:
             self.state = jobstate.replace(self.state, exit_code=code)
