@@ -4,13 +4,18 @@ would read it."""
 
 from __future__ import annotations
 
+import io
+from typing import cast
+
 import pytest
 
 from distributetrain.hostfile import HostSlots
 from distributetrain.manager import watchdog
-from distributetrain.manager.posttraining import describe_hang
+from distributetrain.manager.keeper import Keeper as KeeperType
+from distributetrain.manager.posttraining import act_on_hang, describe_hang
 from distributetrain.manager.watchdog import Watchdog
 from distributetrain.observe import chieflog
+from distributetrain.observe.joblog import Reporter
 
 HOSTS = (HostSlots("10.0.0.5", 1), HostSlots("10.0.0.6", 1), HostSlots("10.0.0.7", 1))
 HOSTFILE = f"launcher 2026-11-26 10:20:33,123 INFO {chieflog.hostfile(HOSTS)}".encode()
@@ -207,3 +212,53 @@ def test_a_straggler_is_reported_after_its_third_slow_beat_and_never_again() -> 
             dog.line(beat(rank, 100 * n, took))
         reported.append([(s.rank.rank, round(s.ratio, 2), round(s.others, 3)) for s in dog.stragglers()])
     assert reported == [[], [], [], [(2, 2.73, 0.11)], [], [], []]
+
+
+class Keeper:
+    """What the supervisor asks of the keeper on a hang: remove these workers (it removes members only)."""
+
+    def __init__(self, members: set[str]) -> None:
+        self.members = members
+        self.removed: list[tuple[list[str], str]] = []
+
+    def remove_stuck(self, names: list[str], why: str) -> list[str]:
+        self.removed.append((names, why))
+        return [n for n in names if n in self.members]
+
+
+def _hung_rank(rank: int) -> tuple[Watchdog, watchdog.Hang]:
+    clock = Clock()
+    dog = started(clock)
+    step = train(dog, clock, seconds=50)
+    for _ in range(7):
+        clock.now += 10
+        for other in {0, 1, 2} - {rank}:
+            dog.line(beat(other, step + 10, None))
+    hang = dog.check()
+    assert hang is not None
+    return dog, hang
+
+
+PODS = {"train-chief": _pod("train-chief", "chief", "node-1", "10.0.0.5"),
+        "train-worker-0": _pod("train-worker-0", "worker", "node-2", "10.0.0.6"),
+        "train-worker-1": _pod("train-worker-1", "worker", "node-3", "10.0.0.7")}
+
+
+@pytest.mark.parametrize(("action", "rank", "removed"), [
+    ("fail", 1, None),                          # the job ends
+    ("restart", 1, ["train-worker-0"]),         # the keeper replaces it, the chief relaunches
+    ("replace", 2, ["train-worker-1"]),         # elastic: re-placed while the others go on
+    ("restart", 0, None),                       # rank 0 is the chief's: nothing to replace, the job ends
+])
+def test_what_the_supervisor_does_with_a_hang(action: str, rank: int, removed: list[str] | None) -> None:
+    dog, hang = _hung_rank(rank)
+    keeper = Keeper({"train-worker-0", "train-worker-1"})
+    reporter = Reporter(io.StringIO())
+    got = act_on_hang(hang, action, watchdog=dog, pods=PODS, reporter=reporter,
+                      keeper=cast(KeeperType, keeper))
+    assert got == removed
+    assert f"the training hung: rank {rank} on " in reporter.stream.getvalue()  # type: ignore[union-attr]
+    if action != "fail":
+        assert keeper.removed == [([f"train-{'chief' if rank == 0 else f'worker-{rank - 1}'}"],
+                                   f"--on-hang {action}")]
+    assert (dog.snapshot() == ()) == (removed is not None)  # a fresh watch once workers are replaced

@@ -181,7 +181,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
                                            "job was stopped (raise --active-deadline if it needs longer)")
                 hang = _due(watchdog, clock(), watched.objects, reporter)
                 if hang is not None:
-                    names = _act_on_hang(hang, action, watchdog=watchdog, pods=watched.objects,
+                    names = act_on_hang(hang, action, watchdog=watchdog, pods=watched.objects,
                                          reporter=reporter, keeper=keeper)
                     if names is None:
                         follower.finished.set()
@@ -284,7 +284,7 @@ def describe_hang(hang: Hang, pods: Mapping[str, podstatus.Pod]) -> str:
             f"{hang.timeout:g}s)")
 
 
-def _act_on_hang(hang: Hang, action: str, *, watchdog: Watchdog, pods: Mapping[str, podstatus.Pod],
+def act_on_hang(hang: Hang, action: str, *, watchdog: Watchdog, pods: Mapping[str, podstatus.Pod],
                  reporter: Reporter, keeper: Keeper | None) -> list[str] | None:
     """Report the hang and, for restart and replace, hand the stuck workers to the keeper; the workers
     removed, or None when the job must end (fail, or nothing a keeper could remove: the chief's rank)."""
