@@ -253,11 +253,12 @@ PODS = {"train-chief": _pod("train-chief", "chief", "node-1", "10.0.0.5"),
 def test_what_the_supervisor_does_with_a_hang(action: str, rank: int, removed: list[str] | None) -> None:
     dog, hang = _hung_rank(rank)
     keeper = Keeper({"train-worker-0", "train-worker-1"})
-    reporter = Reporter(io.StringIO())
+    said = io.StringIO()
+    reporter = Reporter(said)
     got = act_on_hang(hang, action, watchdog=dog, pods=PODS, reporter=reporter,
                       keeper=cast(KeeperType, keeper))
     assert got == removed
-    assert f"the training hung: rank {rank} on " in reporter.stream.getvalue()  # type: ignore[union-attr]
+    assert f"the training hung: rank {rank} on " in said.getvalue()
     if action != "fail":
         assert keeper.removed == [([f"train-{'chief' if rank == 0 else f'worker-{rank - 1}'}"],
                                    f"--on-hang {action}")]
