@@ -263,3 +263,15 @@ def test_what_the_supervisor_does_with_a_hang(action: str, rank: int, removed: l
         assert keeper.removed == [([f"train-{'chief' if rank == 0 else f'worker-{rank - 1}'}"],
                                    f"--on-hang {action}")]
     assert (dog.snapshot() == ()) == (removed is not None)  # a fresh watch once workers are replaced
+
+
+def test_a_rank_frozen_just_after_its_beat_is_silent_though_the_others_beat_only_once_since() -> None:
+    clock = Clock()
+    dog = started(clock, timeout=20.0)
+    step = train(dog, clock, seconds=50)  # every rank beat at this moment; rank 1 freezes right after
+    clock.now += 10
+    dog.line(beat(0, step + 1, None))     # rank 0 beats once more, blocked in the allreduce
+    dog.line(beat(2, step + 1, None))
+    clock.now += 10.5                     # its next beat is not in yet when the watchdog looks
+    hang = dog.check()
+    assert hang is not None and hang.how == "silent" and [r.rank for r in hang.ranks] == [1]

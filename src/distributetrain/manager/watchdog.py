@@ -107,16 +107,18 @@ def straggler_ratio(rank: int, ranks: dict[int, RankSeen]) -> float | None:
     return mine / median if median > 0 else None
 
 
-def suspects(ranks: dict[int, RankSeen], *, every: float, missing: frozenset[int] = frozenset()
-             ) -> tuple[tuple[RankSeen, ...], str] | None:
+def suspects(ranks: dict[int, RankSeen], *, every: float, missing: frozenset[int] = frozenset(),
+             now: float | None = None) -> tuple[tuple[RankSeen, ...], str] | None:
     """The rank(s) that stopped first among those still training, and how they were found (the module's
-    docstring); None when no rank has beaten."""
+    docstring); None when no rank has beaten. `now`: while the ranks run, a rank is silent when it has not
+    beaten for SILENT_BEATS periods while another has; without it (the training ended, every rank is quiet
+    now), when the others beat for that much longer than it."""
     live = [r for r in ranks.values() if not r.done]
     if not live:
         return None
-    latest = max(r.heard_at for r in ranks.values())
-    silent = sorted((r for r in live if latest - r.heard_at > SILENT_BEATS * every), key=lambda r: r.heard_at)
-    if silent:
+    since = max(r.heard_at for r in ranks.values()) if now is None else now
+    silent = sorted((r for r in live if since - r.heard_at > SILENT_BEATS * every), key=lambda r: r.heard_at)
+    if silent and len(silent) < len(live):  # all quiet is no culprit: the log may lag, or all froze
         return tuple(silent), "silent"
     named = tuple(r for r in live if r.rank in missing)
     if named:
@@ -227,7 +229,7 @@ class Watchdog:
             live = [r for r in self.ranks.values() if not r.done]
             if not live or now - min(r.progressed_at for r in live) < timeout:
                 return None
-            found = suspects(self.ranks, every=self.every, missing=self.missing)
+            found = suspects(self.ranks, every=self.every, missing=self.missing, now=now)
         if found is None:
             return None
         ranks, how = found
