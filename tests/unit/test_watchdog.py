@@ -275,3 +275,14 @@ def test_a_rank_frozen_just_after_its_beat_is_silent_though_the_others_beat_only
     clock.now += 10.5                     # its next beat is not in yet when the watchdog looks
     hang = dog.check()
     assert hang is not None and hang.how == "silent" and [r.rank for r in hang.ranks] == [1]
+
+
+def test_a_rank_the_stall_inspector_named_at_start_up_is_cleared_once_it_steps() -> None:
+    clock = Clock()
+    dog = started(clock)
+    dog.line(beat(2, 1))
+    dog.line(b"[0]<stderr>:Missing ranks:")
+    dog.line(b"[0]<stderr>:2: [broadcast_dense_kernel_0]")  # rank 2 was slow to start
+    assert dog.missing == {2}
+    train(dog, clock, seconds=30)
+    assert dog.missing == frozenset()

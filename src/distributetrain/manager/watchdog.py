@@ -189,6 +189,8 @@ class Watchdog:
             seen = RankSeen(beat.rank, beat.step, now, now, beat.step_seconds, beat.done, host)
         else:
             progressed = now if beat.step > seen.step else seen.progressed_at
+            if beat.step > seen.step:  # a rank the stall inspector named has caught up since (start-up)
+                self.missing = self.missing - {beat.rank}
             seen = replace(seen, step=beat.step, heard_at=now, progressed_at=progressed, done=beat.done,
                            step_seconds=beat.step_seconds if beat.step_seconds is not None
                            else seen.step_seconds, host=host or seen.host)
