@@ -20,7 +20,8 @@ Output contract (tests and `make demo` read these lines):
   every rank: its heartbeat, every HEARTBEAT_EVERY seconds while it trains and once when its training ends:
               `dt-progress rank=R step=S step_s=T` (S steps done by this process, T mean seconds per step
               since its last beat; `done=1` on the last), which the manager's watchdog reads to find a rank
-              that stopped making progress (the format: distributetrain.observe.heartbeat)
+              that stopped making progress (the format: distributetrain.observe.heartbeat); before its
+              first beat, `dt-rank rank=R host=HOSTNAME` (its pod's name), how the manager finds its pod
   rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start), and
               `resumed_from_step=S` when the checkpoint was taken S steps into epoch E+1
   rank 0, on a graceful notice: `checkpoint_on_notice epoch=E step=S` (see below)
@@ -47,6 +48,7 @@ import hashlib
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -331,6 +333,8 @@ class Heartbeat(tf.keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, float] | None = None) -> None:
         if self.thread is None:  # fit() runs twice on a mid-epoch resume: one thread
+            # where this rank runs (its pod's hostname, the pod's name): the manager finds its pod by it
+            print(f"dt-rank rank={self.rank} host={socket.gethostname()}", flush=True)
             self.stopped.clear()
             self.last_at = time.perf_counter()
             self.thread = threading.Thread(target=self._beat_every, name="dt-heartbeat", daemon=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,7 @@ def test_train_py_prints_the_heartbeat_the_manager_reads() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "base-image" / "Train.py")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert heartbeat.parse_rank(next(x for x in done.stdout.splitlines() if "dt-rank" in x))[0] == 2  # type: ignore[index]
     beats = [heartbeat.parse(line) for line in done.stdout.splitlines() if "dt-progress" in line]
     assert [(b.rank, b.step, b.done) for b in beats if b is not None] == [(2, 3, False), (2, 4, True)]
     assert all(b is not None and b.step_seconds is not None and b.step_seconds >= 0 for b in beats)
@@ -80,7 +82,7 @@ def test_the_helper_beats_from_its_thread_and_ends_marked_done() -> None:
             beat.step()
         while "step=4" not in out.getvalue():
             pass
-    beats = [heartbeat.parse(line) for line in out.getvalue().splitlines()]
+    beats = [heartbeat.parse(line) for line in out.getvalue().splitlines()[1:]]  # after its dt-rank line
     assert all(b is not None and b.rank == 3 for b in beats)
     assert beats[0] is not None and beats[0].step == 4 and beats[0].step_seconds is not None
     assert beats[-1] == Beat(3, 4, None, True)  # no step since the last beat: no step time, and done
@@ -107,3 +109,13 @@ def test_the_launchers_hostfile_line_maps_ranks_to_hosts() -> None:
     assert [chieflog.rank_host(hosts, r) for r in range(4)] == ["10.0.0.9", "10.0.0.9", "10.0.0.10", None]
     assert chieflog.parse_hostfile(b"launcher 2026-11-26 10:20:33,123 INFO hostfile: junk") is None
     assert chieflog.parse_hostfile(b"[0]<stdout>:hostfile: 10.0.0.9 slots=1") is None
+
+
+def test_each_rank_says_which_pod_it_runs_on() -> None:
+    assert heartbeat.parse_rank(b"[2]<stdout>:dt-rank rank=2 host=train-worker-1") == (2, "train-worker-1")
+    assert heartbeat.parse_rank(heartbeat.rank_line(0, "train-chief")) == (0, "train-chief")
+    assert heartbeat.parse_rank(b"dt-rank rank=2 host=") is None
+    assert heartbeat.parse_rank(b"dt-rank rank=two host=a") is None
+    out = io.StringIO()
+    Heartbeat(5, every=3600, stream=out).start().stop()
+    assert heartbeat.parse_rank(out.getvalue().splitlines()[0]) == (5, socket.gethostname())

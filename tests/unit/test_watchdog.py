@@ -286,3 +286,13 @@ def test_a_rank_the_stall_inspector_named_at_start_up_is_cleared_once_it_steps()
     assert dog.missing == {2}
     train(dog, clock, seconds=30)
     assert dog.missing == frozenset()
+
+
+def test_a_rank_without_a_hostfile_line_is_found_by_the_pod_it_names() -> None:
+    clock = Clock()
+    dog = Watchdog(timeout=60.0, every=10.0, clock=clock)  # elastic: no hostfile line
+    dog.line(b"[1]<stdout>:dt-rank rank=1 host=train-worker-3")
+    dog.line(beat(1, 100))
+    dog.line(beat(0, 100))
+    dog.line(b"[0]<stdout>:dt-rank rank=0 host=train-chief")
+    assert [(r.rank, r.hosts) for r in dog.snapshot()] == [(0, ("train-chief",)), (1, ("train-worker-3",))]

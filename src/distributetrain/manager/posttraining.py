@@ -32,7 +32,7 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot, Watched
 from distributetrain.manager import cleanup
 from distributetrain.manager.keeper import Keeper, keeper_for
-from distributetrain.manager.watchdog import CHECK_EVERY, STRAGGLER_BEATS, Hang, Watchdog
+from distributetrain.manager.watchdog import CHECK_EVERY, STRAGGLER_BEATS, Hang, RankSeen, Watchdog
 from distributetrain.observe import chieflog, joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.observe.jobstate import RankState
@@ -234,13 +234,15 @@ def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], repo
         return None
     rows = []
     for seen in watchdog.snapshot():
-        found = _pod_of_host(seen.host, pods)
-        pod, node = (found[0], podstatus.node(found[1]) or "") if found else (seen.host or "", "")
+        found = _pod_of(seen, pods)
+        pod, node = (seen.host or seen.said or "", "")
+        if found is not None:
+            pod, node = found[0], podstatus.node(found[1]) or ""
         rows.append(RankState(seen.rank, pod, node, seen.step_seconds))
     reporter.ranks(rows)
     for slow in watchdog.stragglers():
-        found = _pod_of_host(slow.rank.host, pods)
-        where = slow.rank.host or "an unknown host"
+        found = _pod_of(slow.rank, pods)
+        where = slow.rank.host or slow.rank.said or "an unknown host"
         if found is not None:
             where = f"{podstatus.role(found[1]) or 'pod'} {found[0]}, node {podstatus.node(found[1])}"
         took = slow.rank.step_seconds or 0.0
@@ -252,17 +254,16 @@ def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], repo
 
 
 def _pods_of(hang: Hang, pods: Mapping[str, podstatus.Pod]) -> list[podstatus.Pod]:
-    found = [_pod_of_host(r.host, pods) for r in hang.ranks]
+    found = [_pod_of(r, pods) for r in hang.ranks]
     return [p[1] for p in found if p is not None]
 
 
-def _pod_of_host(host: str | None, pods: Mapping[str, podstatus.Pod]) -> tuple[str, podstatus.Pod] | None:
-    """The pod holding a rank's host: its pod IP, or its name (elastic Horovod names workers by pod)."""
-    if host is None:
-        return None
-    for name, pod in sorted(pods.items()):
-        if podstatus.pod_ip(pod) == host or name == host:
-            return name, pod
+def _pod_of(seen: RankSeen, pods: Mapping[str, podstatus.Pod]) -> tuple[str, podstatus.Pod] | None:
+    """The pod a rank runs in: by its host's address (the hostfile), else by the pod name it gave."""
+    for host in seen.hosts:
+        for name, pod in sorted(pods.items()):
+            if podstatus.pod_ip(pod) == host or name == host:
+                return name, pod
     return None
 
 
@@ -270,11 +271,12 @@ def describe_hang(hang: Hang, pods: Mapping[str, podstatus.Pod]) -> str:
     """`rank 1 on worker train-worker-0, node node-2, 10.0.0.7, silent since step 412 for 31s (...)`."""
     parts = []
     for seen in hang.ranks:
-        found = _pod_of_host(seen.host, pods)
-        where = seen.host or "an unknown host"
+        found = _pod_of(seen, pods)
+        where = seen.host or seen.said or "an unknown host"
         if found is not None:
             name, pod = found
-            where = f"{podstatus.role(pod) or 'pod'} {name}, node {podstatus.node(pod)}, {seen.host}"
+            address = podstatus.pod_ip(pod)
+            where = f"{podstatus.role(pod) or 'pod'} {name}, node {podstatus.node(pod)}, {address}"
         parts.append(f"rank {seen.rank} on {where}, last step {seen.step}")
     how = {"silent": "fell silent (its processes stopped: frozen, or its node or network lost) while the "
                      "others waited for it",

@@ -17,8 +17,9 @@ The same reading names the culprit when the training *failed* because of a hang:
 after 30 s (HOROVOD_GLOO_TIMEOUT_SECONDS) and fails a rank that was only waiting, which horovodrun then
 reports as the failed rank (`blame`).
 
-Ranks are mapped to hosts (pod IPs) by the launcher's `hostfile:` line, in rank order (chieflog.py);
-posttraining.py maps hosts to pods and nodes. A relaunch (the launcher's `starting:` line) or an elastic
+Ranks are mapped to hosts by each rank's own `dt-rank rank=R host=POD` line (heartbeat.py), else by the
+launcher's `hostfile:` line, in rank order (chieflog.py; pod IPs); posttraining.py maps hosts to pods and
+nodes. A relaunch (the launcher's `starting:` line) or an elastic
 re-formation starts the watch afresh.
 """
 
@@ -66,7 +67,13 @@ class RankSeen:
     progressed_at: float
     step_seconds: float | None = None
     done: bool = False
-    host: str | None = None
+    host: str | None = None  # from the launcher's hostfile line: a pod IP (elastic: none)
+    said: str | None = None  # what the rank said of itself (dt-rank): its pod's hostname, the pod's name
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """How its pod may be found: by address, then by the name the rank gave."""
+        return tuple(h for h in (self.host, self.said) if h)
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self.ranks: dict[int, RankSeen] = {}
         self.hosts: tuple[HostSlots, ...] = ()
+        self.rank_hosts: dict[int, str] = {}  # what each rank said of itself (dt-rank lines)
         self.missing: frozenset[int] = frozenset()
         self._in_stall = False
         self.next_check: float | None = None
@@ -155,6 +163,12 @@ class Watchdog:
         with self._lock:
             if hosts is not None:
                 self.hosts = hosts
+                return
+            said = heartbeat.parse_rank(text)
+            if said is not None:
+                self.rank_hosts[said[0]] = said[1]
+                if said[0] in self.ranks:
+                    self.ranks[said[0]] = replace(self.ranks[said[0]], said=said[1])
                 return
             if progress.LAUNCHED.match(text) or _ELASTIC.search(text):
                 self._reset()  # a relaunch or a re-formed ring: new processes, maybe new rank numbers
@@ -185,15 +199,16 @@ class Watchdog:
     def _beat(self, beat: heartbeat.Beat, now: float) -> None:
         seen = self.ranks.get(beat.rank)
         host = chieflog.rank_host(self.hosts, beat.rank) if self.hosts else None
+        said = self.rank_hosts.get(beat.rank)
         if seen is None or beat.step < seen.step:  # first beat, or a new process under this rank
-            seen = RankSeen(beat.rank, beat.step, now, now, beat.step_seconds, beat.done, host)
+            seen = RankSeen(beat.rank, beat.step, now, now, beat.step_seconds, beat.done, host, said)
         else:
             progressed = now if beat.step > seen.step else seen.progressed_at
             if beat.step > seen.step:  # a rank the stall inspector named has caught up since (start-up)
                 self.missing = self.missing - {beat.rank}
             seen = replace(seen, step=beat.step, heard_at=now, progressed_at=progressed, done=beat.done,
                            step_seconds=beat.step_seconds if beat.step_seconds is not None
-                           else seen.step_seconds, host=host or seen.host)
+                           else seen.step_seconds, host=host or seen.host, said=said or seen.said)
         self.ranks[beat.rank] = seen
         if beat.step_seconds is not None and not beat.done:
             self._judge_speed(beat.rank)

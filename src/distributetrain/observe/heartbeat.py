@@ -6,6 +6,11 @@ The line is the progress line (progress.py) with a `rank=` field:
     dt-progress rank=3 step=1200 step_s=0.0412
     dt-progress rank=3 step=1500 done=1
 
+Each rank also says once, when its training starts (and after each elastic re-formation), which host it runs
+on - its pod's hostname, the pod's name - so the manager finds its pod however Horovod numbered the ranks:
+
+    dt-rank rank=3 host=train-worker-1
+
 `step` is the steps (batches) this process has done since it started, `step_s` the mean seconds per step
 since its previous heartbeat (absent when it did no step since), `done=1` says its training loop ended (what
 follows - evaluation, saving - makes no steps and must not look like a hang). horovodrun copies every rank's
@@ -32,6 +37,8 @@ default 10).
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 import threading
 import time
@@ -42,6 +49,8 @@ from typing import TextIO
 
 from distributetrain.observe import progress
 
+RANK_MARKER = "dt-rank"
+_RANK_LINE = re.compile(rb"(?:^|[\s:])dt-rank rank=(\d{1,7}) host=([A-Za-z0-9][-A-Za-z0-9.]{0,252})\s*$")
 ENV_EVERY = "DT_HEARTBEAT_SECONDS"
 DEFAULT_EVERY = 10.0
 STEP_SECONDS = "step_s"
@@ -80,6 +89,18 @@ def parse(text: bytes | str) -> Beat | None:
                 bool(extra.get(DONE)))
 
 
+def rank_line(rank: int, host: str) -> str:
+    """The line that says where a rank runs."""
+    return f"{RANK_MARKER} rank={rank} host={host}"
+
+
+def parse_rank(text: bytes | str) -> tuple[int, str] | None:
+    """The rank and host a `dt-rank` line names, or None."""
+    raw = text.encode("utf-8", "replace") if isinstance(text, str) else text
+    found = _RANK_LINE.search(raw.rstrip(b"\r\n"))
+    return (int(found[1]), found[2].decode()) if found is not None else None
+
+
 def every_from_env(env: dict[str, str] | None = None) -> float:
     """DT_HEARTBEAT_SECONDS if it is a positive number, else the default."""
     try:
@@ -106,6 +127,9 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._run, name=f"dt-heartbeat-{rank}", daemon=True)
 
     def start(self) -> Heartbeat:
+        stream = self._stream or sys.stdout
+        stream.write(rank_line(self.rank, socket.gethostname()) + "\n")
+        stream.flush()
         self._last_at = self._clock()
         self._thread.start()
         return self
