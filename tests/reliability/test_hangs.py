@@ -86,4 +86,6 @@ def test_a_frozen_worker_ends_the_job_naming_it(cluster: TestCluster, row: Calla
         gpus_held=held(before, free_gpus(kube)), runtime="process",
         notes=f"--hang-timeout {HANG_TIMEOUT:g}s; detected by {by}; names rank 1, its pod, node and last "
               f"step {said[1]}",
-        extra={"manager_log_tail": text.splitlines()[-12:]})
+        extra={"manager_lines": [f"+{at - frozen_at:.1f}s {line}" for at, line in recorder.lines
+                                 if at >= frozen_at],
+               "manager_log_tail": text.splitlines()[-12:]})

@@ -185,7 +185,8 @@ class Keeper:
         removed = [n for n in names if n in self.members]
         for name in removed:
             self.avoid.add(self.members[name].node)
-            self.kube.delete("pods", self.spec.namespace, name)
+            # no grace: a hung process cannot checkpoint, and the others fail at once without their peer
+            self.kube.delete("pods", self.spec.namespace, name, grace_seconds=0)
         if removed:
             self.reporter.say(f"{why}: deleted worker(s) {', '.join(removed)}; node(s) "
                               f"{', '.join(sorted(self.avoid))} kept out of the re-plan")

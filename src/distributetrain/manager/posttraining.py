@@ -186,7 +186,8 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
                     if names is None:
                         follower.finished.set()
                         _end_hung(kube, watched, job=job, namespace=namespace, keep_chief=keep_chief,
-                                  reporter=reporter, clock=clock)
+                                  reporter=reporter, clock=clock,
+                                  stuck=[podstatus.name(p) for p in _pods_of(hang, watched.objects)])
                         raise Hung(f"job {job}: {describe_hang(hang, watched.objects)}; the job was stopped "
                                    f"(--on-hang {action})")
                     continue
@@ -303,10 +304,15 @@ def act_on_hang(hang: Hang, action: str, *, watchdog: Watchdog, pods: Mapping[st
 
 
 def _end_hung(kube: Kube, watched: Watched, *, job: str, namespace: str, keep_chief: bool,
-              reporter: Reporter, clock: Callable[[], float]) -> None:
+              reporter: Reporter, clock: Callable[[], float], stuck: Sequence[str] = ()) -> None:
     """End a hung job as a failed training ends: everything deleted but the chief, kept for its log once it
-    ended (its ranks fail as soon as the workers are gone); a chief that does not end is deleted too."""
+    ended (its ranks fail as soon as the workers are gone); a chief that does not end is deleted too. The
+    stuck workers go without a grace period: a hung process cannot checkpoint, and its notice would only
+    hold the job for the pod's grace (60 s)."""
     chief_name = naming.chief_name(job)
+    for name in stuck:
+        if name != chief_name:
+            kube.delete("pods", namespace, name, grace_seconds=0)
     if keep_chief:
         cleanup.delete_job(kube, job=job, namespace=namespace, keep_chief=True)
         until = clock() + HUNG_CHIEF_END
