@@ -209,9 +209,13 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
         # the rank horovodrun reported only timed out waiting (Gloo's 30 s): the one that stopped first is
         # the culprit, and the job ends as a hung one
         why = describe_hang(culprit, watched.objects)
-        reporter.hung(_pods_of(culprit, watched.objects), f"the training hung: {why}")
+        stuck = _pods_of(culprit, watched.objects)
+        reporter.hung(stuck, f"the training hung: {why}")
         blamed = f"{why}; then {blamed or 'a rank'} failed waiting for it"
         code = EXIT_HUNG
+        for pod in stuck:  # no grace: a hung process cannot checkpoint
+            if podstatus.name(pod) != chief_name:
+                kube.delete("pods", namespace, podstatus.name(pod), grace_seconds=0)
     recovered = keeper.summary() if keeper is not None else ""
     reporter.say(f"chief {chief_name} ended with exit code {code}" + (f" ({blamed})" if blamed else "")
                  + (f", {recovered}" if recovered else "") + "; releasing the workers")
