@@ -211,7 +211,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
         why = describe_hang(culprit, watched.objects)
         stuck = _pods_of(culprit, watched.objects)
         reporter.hung(stuck, f"the training hung: {why}")
-        blamed = f"{why}; then {blamed or 'a rank'} failed waiting for it"
+        blamed = f"{why}; {blamed or 'another rank failed'} waiting for it"
         code = EXIT_HUNG
         for pod in stuck:  # no grace: a hung process cannot checkpoint
             if podstatus.name(pod) != chief_name:
