@@ -184,12 +184,12 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
                     names = act_on_hang(hang, action, watchdog=watchdog, pods=watched.objects,
                                          reporter=reporter, keeper=keeper)
                     if names is None:
+                        why = describe_hang(hang, watched.objects)  # while its pods are there to name
                         follower.finished.set()
                         _end_hung(kube, watched, job=job, namespace=namespace, keep_chief=keep_chief,
                                   reporter=reporter, clock=clock,
                                   stuck=[podstatus.name(p) for p in _pods_of(hang, watched.objects)])
-                        raise Hung(f"job {job}: {describe_hang(hang, watched.objects)}; the job was stopped "
-                                   f"(--on-hang {action})")
+                        raise Hung(f"job {job}: {why}; the job was stopped (--on-hang {action})")
                     continue
                 if started or clock() < chief_deadline:
                     continue
