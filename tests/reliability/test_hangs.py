@@ -93,4 +93,5 @@ def test_a_frozen_worker_ends_the_job_naming_it(hang_timeout: float, ended_by: s
         notes=f"ended by {ended_by}; names rank 1, its pod, node and last step {said[1]}",
         extra={"manager_lines": [f"+{at - frozen_at:.1f}s {line}" for at, line in recorder.lines
                                  if at >= frozen_at],
+               "heartbeats": [line for _, line in recorder.chief_lines if "step_s=" in line][-6:],
                "manager_log_tail": text.splitlines()[-12:]})
