@@ -346,14 +346,16 @@ class Heartbeat(tf.keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, float] | None = None) -> None:
         self.stop()
 
-    def stop(self) -> None:
-        """The training loop ended (or stopped on a notice): the last beat, marked done."""
+    def stop(self, *, done: bool = True) -> None:
+        """The training loop ended: the last beat, marked done. Not `done` when it failed or was stopped (a
+        rank failing on a peer's timeout is not a rank that finished: the manager still weighs it)."""
         if self.thread is None:
             return
         self.stopped.set()
         self.thread.join(timeout=5)
         self.thread = None
-        self.beat(done=True)
+        if done:
+            self.beat(done=True)
 
     def _beat_every(self) -> None:
         while not self.stopped.wait(self.every):
@@ -370,9 +372,10 @@ class Heartbeat(tf.keras.callbacks.Callback):
 
 
 def stop_heartbeats(callbacks: list[tf.keras.callbacks.Callback]) -> None:
+    """After fit raised (on_train_end did not run): the heartbeat thread ends, with no `done` beat."""
     for callback in callbacks:
         if isinstance(callback, Heartbeat):
-            callback.stop()
+            callback.stop(done=False)
 
 
 def callbacks_of(rank: int, args: argparse.Namespace) -> list[tf.keras.callbacks.Callback]:

@@ -59,6 +59,9 @@ beat.beat()
 beat.on_train_batch_end(3)
 beat.on_train_begin()
 beat.on_train_end()
+beat.on_train_begin()
+beat.on_train_batch_end(4)
+beat.stop(done=False)  # fit raised: no done beat
 """
 
 
@@ -119,3 +122,11 @@ def test_each_rank_says_which_pod_it_runs_on() -> None:
     out = io.StringIO()
     Heartbeat(5, every=3600, stream=out).start().stop()
     assert heartbeat.parse_rank(out.getvalue().splitlines()[0]) == (5, socket.gethostname())
+
+
+def test_a_helper_left_by_an_error_is_not_done() -> None:
+    out = io.StringIO()
+    with pytest.raises(RuntimeError), Heartbeat(1, every=3600, stream=out) as beat:
+        beat.step()
+        raise RuntimeError("Timed out waiting 30000ms for recv operation")
+    assert all("done=1" not in line for line in out.getvalue().splitlines())

@@ -296,3 +296,18 @@ def test_a_rank_without_a_hostfile_line_is_found_by_the_pod_it_names() -> None:
     dog.line(beat(0, 100))
     dog.line(b"[0]<stdout>:dt-rank rank=0 host=train-chief")
     assert [(r.rank, r.hosts) for r in dog.snapshot()] == [(0, ("train-chief",)), (1, ("train-worker-3",))]
+
+
+def test_rank_0_failing_on_gloos_timeout_after_its_peer_froze_blames_the_peer() -> None:
+    # what the chief's log held when Gloo failed rank 0 30 s after rank 1 froze (the e2e row, 60 s timeout)
+    clock = Clock()
+    dog = started(clock, timeout=60.0)
+    step = train(dog, clock, seconds=100)
+    for _ in range(3):
+        clock.now += 10
+        for rank in (0, 2):
+            dog.line(beat(rank, step + 3, None))  # blocked in the allreduce: beats on, no step
+    dog.line(b"[0]<stderr>:[2026-11-26 10:59:55.973063: E horovod/common/operations.cc:697] [0]: Horovod "
+             b"background loop uncaught exception: Timed out waiting 30000ms for recv operation")
+    hang = dog.blame(failed_rank=0)
+    assert hang is not None and hang.how == "silent" and [r.rank for r in hang.ranks] == [1]

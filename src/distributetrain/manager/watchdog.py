@@ -125,7 +125,7 @@ def suspects(ranks: dict[int, RankSeen], *, every: float, missing: frozenset[int
         return None
     since = max(r.heard_at for r in ranks.values()) if now is None else now
     silent = sorted((r for r in live if since - r.heard_at > SILENT_BEATS * every), key=lambda r: r.heard_at)
-    if silent and len(silent) < len(live):  # all quiet is no culprit: the log may lag, or all froze
+    if silent and len(silent) < len(ranks):  # all quiet is no culprit: the log may lag, or all froze
         return tuple(silent), "silent"
     named = tuple(r for r in live if r.rank in missing)
     if named:

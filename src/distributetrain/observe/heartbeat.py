@@ -112,7 +112,7 @@ def every_from_env(env: dict[str, str] | None = None) -> float:
 
 class Heartbeat:
     """A training process's heartbeat thread (see the module's docstring). Count steps with `step()`; `stop()`
-    (or leaving the `with` block) prints the last beat, marked done."""
+    (or leaving the `with` block without an error) prints the last beat, marked done."""
 
     def __init__(self, rank: int, *, every: float | None = None, stream: TextIO | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -138,21 +138,23 @@ class Heartbeat:
         """`steps` more training steps done (called from the training loop)."""
         self._steps += steps
 
-    def stop(self) -> None:
-        """The training loop ended: the last beat, marked done; the thread ends."""
+    def stop(self, *, done: bool = True) -> None:
+        """The training loop ended: the last beat, marked done; the thread ends. Not `done` when the loop
+        failed: a rank failing on a peer's timeout has not finished, and the manager still weighs it."""
         if self._stopped.is_set():
             return
         self._stopped.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        self._beat(done=True)
+        if done:
+            self._beat(done=True)
 
     def __enter__(self) -> Heartbeat:
         return self.start()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
-        self.stop()
+        self.stop(done=kind is None)
 
     def _run(self) -> None:
         while not self._stopped.wait(self.every):
