@@ -17,6 +17,11 @@ Output contract (tests and `make demo` read these lines):
               (E epochs done of N, S steps done; every field optional; any script may print this line:
               docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
+  every rank: its heartbeat, every HEARTBEAT_EVERY seconds while it trains and once when its training ends:
+              `dt-progress rank=R step=S step_s=T` (S steps done by this process, T mean seconds per step
+              since its last beat; `done=1` on the last), which the manager's watchdog reads to find a rank
+              that stopped making progress (the format: distributetrain.observe.heartbeat); before its
+              first beat, `dt-rank rank=R host=HOSTNAME` (its pod's name), how the manager finds its pod
   rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start), and
               `resumed_from_step=S` when the checkpoint was taken S steps into epoch E+1
   rank 0, on a graceful notice: `checkpoint_on_notice epoch=E step=S` (see below)
@@ -44,7 +49,9 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import sys
+import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the job log readable: no oneDNN/CPU banners
@@ -54,6 +61,8 @@ import numpy as np
 import tensorflow as tf
 
 SEED = 1234
+# seconds between two heartbeats of a rank (DT_HEARTBEAT_SECONDS): a stopped rank is seen within this
+HEARTBEAT_EVERY = float(os.environ.get("DT_HEARTBEAT_SECONDS") or 10.0)
 NOTICE_CHECK_EVERY = 5  # steps between two looks for a graceful notice (one small allreduce each)
 EXIT_NOTICE = 143  # a training stopped by a graceful notice ends as one terminated by SIGTERM would
 
@@ -323,11 +332,73 @@ class ProgressLog(tf.keras.callbacks.Callback):
               f"steps_per_s={rate:.1f}", flush=True)
 
 
+class Heartbeat(tf.keras.callbacks.Callback):
+    """Every rank's heartbeat (the module's docstring). A thread prints it, not the step: a rank blocked in a
+    collective, waiting for a stuck peer, keeps beating with the same step count, while a frozen one falls
+    silent - how the manager tells the rank that stopped first from those that wait for it. The step only
+    counts (one integer add)."""
+
+    def __init__(self, rank: int, every: float = HEARTBEAT_EVERY) -> None:
+        super().__init__()
+        self.rank, self.every = rank, every
+        self.steps = self.last_steps = 0
+        self.last_at = time.perf_counter()
+        self.stopped = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def on_train_begin(self, logs: dict[str, float] | None = None) -> None:
+        if self.thread is None:  # fit() runs twice on a mid-epoch resume: one thread
+            # where this rank runs (its pod's hostname, the pod's name): the manager finds its pod by it
+            print(f"dt-rank rank={self.rank} host={socket.gethostname()}", flush=True)
+            self.stopped.clear()
+            self.last_at = time.perf_counter()
+            self.thread = threading.Thread(target=self._beat_every, name="dt-heartbeat", daemon=True)
+            self.thread.start()
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
+        self.steps += 1
+
+    def on_train_end(self, logs: dict[str, float] | None = None) -> None:
+        self.stop()
+
+    def stop(self, *, done: bool = True) -> None:
+        """The training loop ended: the last beat, marked done. Not `done` when it failed or was stopped (a
+        rank failing on a peer's timeout is not a rank that finished: the manager still weighs it)."""
+        if self.thread is None:
+            return
+        self.stopped.set()
+        self.thread.join(timeout=5)
+        self.thread = None
+        if done:
+            self.beat(done=True)
+
+    def _beat_every(self) -> None:
+        while not self.stopped.wait(self.every):
+            self.beat()
+
+    def beat(self, *, done: bool = False) -> None:
+        steps, now = self.steps, time.perf_counter()
+        made = steps - self.last_steps
+        self.last_steps, self.last_at, before = steps, now, self.last_at
+        if steps == 0 and not done:
+            return  # still starting (tracing the first step): nothing to watch yet
+        took = f" step_s={(now - before) / made:.6f}" if made > 0 else ""
+        print(f"dt-progress rank={self.rank} step={steps}{took}" + (" done=1" if done else ""), flush=True)
+
+
+def stop_heartbeats(callbacks: list[tf.keras.callbacks.Callback]) -> None:
+    """After fit raised (on_train_end did not run): the heartbeat thread ends, with no `done` beat."""
+    for callback in callbacks:
+        if isinstance(callback, Heartbeat):
+            callback.stop(done=False)
+
+
 def callbacks_of(rank: int, args: argparse.Namespace) -> list[tf.keras.callbacks.Callback]:
     """Every rank's callbacks, then rank 0's: its log lines, and (only rank 0 writes, so ranks never race on
     the shared volume) checkpoints and TensorBoard."""
     callbacks: list[tf.keras.callbacks.Callback] = [
         hvd.callbacks.MetricAverageCallback(),  # epoch metrics are the mean over ranks, not rank 0's shard
+        Heartbeat(rank),
     ]
     if rank == 0:
         callbacks += [EpochLog(), FirstStepLog(), ProgressLog(args.epochs)]
@@ -363,10 +434,13 @@ def train_elastic(model: tf.keras.Model, args: argparse.Namespace, x_train: np.n
         x_mine, y_mine = shard(x_train, y_train, rank, size)
         if rank == 0:
             print(f"elastic size={size} from_epoch={state.epoch}", flush=True)
-        state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
-                        initial_epoch=state.epoch, validation_data=validation, verbose=0,
-                        callbacks=[*callbacks_of(rank, args), CommitEachEpoch(state),
-                                   HostUpdatesEvery(state)])
+        callbacks = [*callbacks_of(rank, args), CommitEachEpoch(state), HostUpdatesEvery(state)]
+        try:
+            state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
+                            initial_epoch=state.epoch, validation_data=validation, verbose=0,
+                            callbacks=callbacks)
+        finally:  # a reset raises out of fit: this rank number's heartbeat ends with it
+            stop_heartbeats(callbacks)
 
     train(state)
 
@@ -416,6 +490,8 @@ def main() -> int:
         except StoppedOnNotice:
             print(f"rank={rank} stopped on a graceful notice", flush=True)
             return EXIT_NOTICE
+        finally:
+            stop_heartbeats(callbacks)
 
     _, accuracy = model.evaluate(x_val, y_val, batch_size=256, verbose=0)
     rank, size = hvd.rank(), hvd.size()  # elastic: what they are at the end

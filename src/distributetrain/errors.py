@@ -24,6 +24,7 @@ EXIT_CHIEF_LOST = 75
 EXIT_PREFLIGHT = 76
 EXIT_API_UNREACHABLE = 77
 EXIT_START_FAILED = 78
+EXIT_HUNG = 79
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
@@ -47,6 +48,10 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (f"{EXIT_START_FAILED}",
      "a job pod cannot start: its image cannot be pulled (ErrImagePull, InvalidImageName) or its container "
      "cannot be configured (CreateContainerConfigError); nothing was kept"),
+    (f"{EXIT_HUNG}",
+     "the training hung: a rank made no step for --hang-timeout, or stopped first and another then failed "
+     "waiting for it (a Gloo or NCCL timeout); the manager names its pod, node and last step; nothing was "
+     "kept but the chief, for its log"),
     (f"{EXIT_SIGINT} / {EXIT_SIGTERM}",
      "interrupted by SIGINT / SIGTERM, after deleting everything the job created; a manager pod of a Job "
      "leaves a running job to the Job's next pod"),
@@ -152,6 +157,14 @@ class PreflightFailed(DistributeTrainError):
     """The chief's pre-flight all-reduce check (allreduce.py) hung, failed or measured too little."""
 
     exit_code = EXIT_PREFLIGHT
+
+
+class Hung(DistributeTrainError):
+    """The training stopped making progress (manager/watchdog.py). Raised once the supervisor already ended
+    the job as a finished one ends (`cleaned_up`): the guard deletes nothing more, the chief is kept."""
+
+    exit_code = EXIT_HUNG
+    cleaned_up = True
 
 
 class Interrupted(DistributeTrainError):

@@ -142,6 +142,31 @@ def running_job(kube: Kube, job: str, workers: int) -> dict[str, dict[str, Any]]
     return pods
 
 
+# ---- the training's processes (the process runtime) ------------------------------------------------------
+def hostname_of(pid: int) -> str | None:
+    """The pod a process runs in: the hostname its UTS namespace carries (the kubelet sets the pod's name)."""
+    try:
+        root = Path(f"/proc/{pid}/root/etc/hostname")
+        return root.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def training_processes(pod: str) -> list[int]:
+    """The Train.py processes inside `pod` (started there by horovodrun over ssh)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"Train.py" in cmdline and b"horovodrun" not in cmdline and b"sh\x00-c" not in cmdline \
+                and hostname_of(int(proc.name)) == pod:
+            found.append(int(proc.name))
+    return found
+
+
+
 # ---- a manager run in-process -----------------------------------------------------------------------------
 class Recorder(Reporter):
     """The manager's log with the monotonic time of every line."""

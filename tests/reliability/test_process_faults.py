@@ -24,10 +24,12 @@ from reliability_support import (
     count,
     free_gpus,
     held,
+    hostname_of,
     kube_of,
     leftovers,
     pods_of,
     spec,
+    training_processes,
     wait_until,
 )
 
@@ -37,29 +39,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.root,
 TRAIN = ["python3", "/opt/distributetrain/Train.py", "--epochs", "500"]
 
 
-def _hostname_of(pid: int) -> str | None:
-    """The pod a process runs in: the hostname its UTS namespace carries (the kubelet sets the pod's name)."""
-    try:
-        root = Path(f"/proc/{pid}/root/etc/hostname")
-        return root.read_text().strip() or None
-    except OSError:
-        return None
-
-
-def _training_processes(pod: str) -> list[int]:
-    """The Train.py processes inside `pod` (started there by horovodrun over ssh)."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"Train.py" in cmdline and b"horovodrun" not in cmdline and b"sh\x00-c" not in cmdline \
-                and _hostname_of(int(proc.name)) == pod:
-            found.append(int(proc.name))
-    return found
-
-
 def _launcher_pid(pod: str) -> int | None:
     """The chief container's own process: the launcher, PID 1 of the container's PID namespace."""
     for proc in Path("/proc").glob("[0-9]*"):
@@ -67,7 +46,7 @@ def _launcher_pid(pod: str) -> int | None:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"distributetrain.chief.launcher" in cmdline and _hostname_of(int(proc.name)) == pod:
+        if b"distributetrain.chief.launcher" in cmdline and hostname_of(int(proc.name)) == pod:
             return int(proc.name)
     return None
 
@@ -85,7 +64,7 @@ def _start(cluster: TestCluster) -> tuple[ManagerThread, dict[str, int]]:
 # ---- the faults: each breaks one pod of the running job and returns the moment it did --------------------
 def _kill_training(cluster: TestCluster, pod: dict[str, Any]) -> float:
     """SIGKILL to the Train.py rank inside the pod (started there by horovodrun over ssh)."""
-    victims = wait_until(lambda: _training_processes(pod["metadata"]["name"]), timeout=30,
+    victims = wait_until(lambda: training_processes(pod["metadata"]["name"]), timeout=30,
                          message="the pod's training process")
     fault_at = time.monotonic()
     for pid in victims:
@@ -186,7 +165,7 @@ def test_a_fault_while_training_for_real(fault: Fault, cluster: TestCluster,
     after = free_gpus(kube)
     assert after == before
     # no training process survives anywhere: no rank outlives the job holding its GPU
-    wait_until(lambda: not _training_processes("train-worker-0") and not _training_processes("train-chief"),
+    wait_until(lambda: not training_processes("train-worker-0") and not training_processes("train-chief"),
                timeout=60, message="every training process to end")
     row(fault.row, outcome=f"exit {code}", exit_code=code, detect_s=round(detected - fault_at, 3),
         cleanup_s=round(manager.ended_at - detected, 3),

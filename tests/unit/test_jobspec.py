@@ -62,7 +62,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
            "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0",
            "DT_RESTRICT_EGRESS": "yes", "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5",
            "DT_MIN_GPUS": "", "DT_MAX_GPUS": "", "DT_RESTARTS": "2", "DT_REPLACE_TIMEOUT": "5m",
-           "DT_GROW_INTERVAL": "10s"}
+           "DT_GROW_INTERVAL": "10s", "DT_HANG_TIMEOUT": "90s", "DT_ON_HANG": "restart"}
     s = JobSpec.from_sources({}, env)
     assert s.pod_template is not None and s.pod_template.metadata == {"annotations": {"team": "ml"}}
     assert s == JobSpec(
@@ -85,8 +85,9 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         worker_template=s.worker_template,
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
         shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), restrict_egress=True, preflight=True,
-        min_busbw=12.5, restarts=2, replace_timeout=300.0, grow_interval=10.0)
-    assert s.recovery == "restart"
+        min_busbw=12.5, restarts=2, replace_timeout=300.0, grow_interval=10.0, hang_timeout=90.0,
+        on_hang="restart")
+    assert s.recovery == "restart" and s.hang_action == "restart"
     # every field has its variable, named DT_<FIELD>
     assert {FIELD[f.name].env for f in dataclasses.fields(JobSpec)} == set(env)
 
@@ -101,6 +102,17 @@ def test_elastic_and_restart_requests() -> None:
     assert "restarts: an elastic job (--min-gpus) goes on without its lost workers" in text
     assert "transport (mpi): elastic Horovod runs on Gloo only" in text
     assert "max_gpus: only elastic jobs grow; give --min-gpus too" in problems({"max_gpus": "8"})
+
+
+def test_what_a_hang_leads_to_by_default_and_when_asked() -> None:
+    assert spec().hang_action == "fail" and spec().hang_timeout is None
+    assert spec({"restarts": "2"}).hang_action == "restart"
+    assert spec({"min_gpus": "2"}).hang_action == "replace"
+    assert spec({"restarts": "2", "on_hang": "fail", "hang_timeout": "2m"}).hang_action == "fail"
+    assert "on_hang (restart): relaunching needs --restarts K" in problems({"on_hang": "restart"})
+    assert "on_hang (replace): only an elastic job (--min-gpus)" in problems({"on_hang": "replace"})
+    assert "on_hang (restart): an elastic job never relaunches" in problems({"on_hang": "restart",
+                                                                            "min_gpus": "2"})
     assert "restarts (--restarts): 101 is outside 0..100" in problems({"restarts": "101"})
     assert "replace_timeout (--replace-timeout)" in problems({"replace_timeout": "0"})
 

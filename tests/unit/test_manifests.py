@@ -423,3 +423,13 @@ def test_a_worker_names_its_templates_variables_for_its_ranks(tmp_path: Path) ->
     assert "DT_POD_ENV" not in {e["name"] for e in chief["spec"]["containers"][0]["env"]}
     plain = manifests.worker_pod(make_spec(), index=0, entry=Entry("n", 1), owner=None)
     assert "DT_POD_ENV" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize(("hang_timeout", "stall"),
+                         [(None, None), ("20s", "10"), ("90s", "45"), ("1h", "60")])
+def test_the_chief_sets_horovods_stall_check_below_the_hang_timeout(hang_timeout: str | None,
+                                                                    stall: str | None) -> None:
+    spec = make_spec(hang_timeout=hang_timeout)
+    pod = manifests.chief_pod(spec, entry=Entry("node-1", 1), owner=None)
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env.get("HOROVOD_STALL_CHECK_TIME_SECONDS") == stall

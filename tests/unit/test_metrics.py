@@ -15,7 +15,7 @@ from localcluster import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from distributetrain.observe import jobstate, progress
-from distributetrain.observe.jobstate import PodState
+from distributetrain.observe.jobstate import PodState, RankState
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -122,3 +122,17 @@ def test_a_taken_port_is_said_and_ends_the_server_alone(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{port}" in done.stderr
     assert "the job goes on without them" in done.stderr
+
+
+def test_every_ranks_step_time_and_the_skew(server: tuple[int, Path]) -> None:
+    port, path = server
+    state = jobstate.replace(jobstate.initial(job="train", namespace="ml", gpus=3, now=1000.0), ranks=(
+        RankState(0, "train-chief", "node-1", 0.1), RankState(1, "train-worker-0", "node-2", 0.3),
+        RankState(2, "train-worker-1", "node-3", 0.1), RankState(3, "train-worker-2", "node-4", None)))
+    write(path, jobstate.loads(jobstate.dumps(state)))  # as the state file carries it
+    samples = scrape(port)
+    steps = {dict(labels)["rank"]: (dict(labels)["pod"], dict(labels)["node"], value)
+             for (name, labels), value in samples.items() if name == "distributetrain_rank_step_seconds"}
+    assert steps == {"0": ("train-chief", "node-1", 0.1), "1": ("train-worker-0", "node-2", 0.3),
+                     "2": ("train-worker-1", "node-3", 0.1)}  # rank 3 has no step time yet
+    assert samples[("distributetrain_rank_step_skew", JOB)] == pytest.approx(3.0)

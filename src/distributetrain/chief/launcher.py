@@ -144,13 +144,7 @@ def read_nodes(path: Path) -> dict[str, str]:
     return {words[0]: words[1] for words in pairs if len(words) == 2}
 
 
-def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
-    """Horovod fills hosts in hostfile order, every slot of one host before the next."""
-    for h in hosts:
-        if rank < h.slots:
-            return h.host
-        rank -= h.slots
-    return None
+rank_host = chieflog.rank_host  # the manager maps a rank to its pod the same way
 
 
 _PROCESS_NAME = re.compile(r"Process name:\s*(\d+)")
@@ -334,7 +328,7 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         bindir = _ssh_wrapper(work, aliases=elastic is not None)
         child_env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
         if settings.preflight:
-            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+            log.info("%s", chieflog.hostfile(hosts))
             check = horovodrun_argv(
                 horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
@@ -356,7 +350,7 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
                 network_interface=interface, start_timeout=settings.start_timeout,
                 command=with_host_env(settings.command), elastic=elastic,
             )
-            log.info("hostfile: %s", ", ".join(f"{h.host} slots={h.slots}" for h in hosts))
+            log.info("%s", chieflog.hostfile(hosts))
             log.info("starting: %s", shlex.join(argv))
             return _report(*_stream(argv, child_env), hosts, num_proc)
 

@@ -163,12 +163,15 @@ def posttraining_command(**params: Any) -> None:
     ref = JobRef.from_sources(params, os.environ)
     keep_chief = read_field("keep_chief", params["keep_chief"], os.environ)
     tolerance = read_field("api_outage_tolerance", params["api_outage_tolerance"], os.environ)
+    hang_timeout = read_field("hang_timeout", params["hang_timeout"], os.environ)
+    on_hang = read_field("on_hang", params["on_hang"], os.environ)  # None: by the job's mode
     kube = _kube(params["kubeconfig"], params["context"]).patient(tolerance)
     observer = _observer(kube, ref)
     with _closing(observer):
         code = run_posttraining(kube, job=ref.name, namespace=ref.namespace, keep_chief=keep_chief,
                                 started_at=_started_at(), reporter=observer, request=lambda: _spec(params),
-                                owner=ManagerIdentity.from_env(os.environ))
+                                owner=ManagerIdentity.from_env(os.environ), hang_timeout=hang_timeout,
+                                on_hang=on_hang)
     sys.exit(code)
 
 

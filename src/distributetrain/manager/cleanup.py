@@ -119,6 +119,8 @@ def guard(kube: Kube, *, job: str, namespace: str, reporter: Reporter,
         elif durable and isinstance(err, Interrupted):
             reporter.say(f"job {job}: this manager pod was stopped ({err}); the job goes on, owned by the "
                          "manager's Job, whose next pod adopts it (to stop the job, delete the Job)")
+        elif getattr(err, "cleaned_up", False):
+            pass  # the phase already ended the job as it asked (errors.Hung: the chief kept for its log)
         elif armed():
             why = (str(err) or type(err).__name__).splitlines()[0]
             reporter.say(f"job {job} failed ({why}); deleting all it created")

@@ -109,6 +109,7 @@ class Keeper:
         self.restarts_used = 0
         self.recovering = False                 # restart mode: a relaunch is owed
         self.history: list[str] = []            # what each recovery came to, for the final line
+        self.avoid: set[str] = set()            # nodes of workers that hung: no replacement goes there
         self.policies: NamespacePolicies | None = None  # the namespace's, read at each look
         self._lock = threading.Lock()           # chief_line runs in the log follower's thread
         self.demands = manifests.pod_demands(spec, (naming.ROLE_WORKER,))
@@ -175,6 +176,21 @@ class Keeper:
         for member in joined:
             self._joined(member, now)
         self._update_shortfall(now)
+
+    def remove_stuck(self, names: Sequence[str], why: str) -> list[str]:
+        """The watchdog's restart and replace (manager/watchdog.py): delete these hung workers and keep
+        their nodes out of every later plan. Their loss is then the keeper's as any lost worker's: out of
+        the hostfile, replaced elsewhere; a restart job relaunches from its checkpoint. Returns the workers
+        removed (a name that is not a member, e.g. the chief, is not)."""
+        removed = [n for n in names if n in self.members]
+        for name in removed:
+            self.avoid.add(self.members[name].node)
+            # no grace: a hung process cannot checkpoint, and the others fail at once without their peer
+            self.kube.delete("pods", self.spec.namespace, name, grace_seconds=0)
+        if removed:
+            self.reporter.say(f"{why}: deleted worker(s) {', '.join(removed)}; node(s) "
+                              f"{', '.join(sorted(self.avoid))} kept out of the re-plan")
+        return removed
 
     def tick(self) -> None:
         """The time-driven part: replacements that never got Ready, the wait for room, looking for GPUs."""
@@ -316,7 +332,8 @@ class Keeper:
         now = self._clock()
         self.next_look = None
         spec = self.spec
-        rows = placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
+        rows = [r for r in placing.survey(self.kube, spec, demands=self.demands, owner=self.owner)
+                if r.node not in self.avoid]  # a node whose worker hung is not trusted again
         # a replacement is shaped to the namespace as the first gang was (limits, OpenShift's UID)
         self.policies = placing.namespace_policies(self.kube, spec.namespace)
         allow = self._allowed_nodes()

@@ -20,6 +20,7 @@ from fractions import Fraction
 from typing import Any
 
 from distributetrain import hostfile, naming
+from distributetrain.manager import watchdog
 from distributetrain.manager.sshkeys import KeyPair
 from distributetrain.placement import fabric, namespacefit
 from distributetrain.placement.inventory import PodDemand
@@ -510,6 +511,9 @@ def chief_pod(spec: JobSpec, *, entry: Entry, owner: ManagerIdentity | None,
     env += _recovery_env(spec)
     if gang is not None:  # it runs before its workers' addresses are known: the hostfile comes later
         env.append({"name": naming.ENV_HOSTFILE_WAIT, "value": f"{gang.hostfile_wait:g}"})
+    stall = watchdog.stall_check_seconds(spec.hang_timeout)
+    if stall is not None:  # horovodrun passes it on to every rank; rank 0's stall inspector uses it
+        env.append({"name": watchdog.ENV_STALL_CHECK, "value": str(stall)})
     container = {"name": naming.CHIEF_CONTAINER, "args": [naming.ENTRYPOINT_LAUNCHER, "--", *spec.command],
                  "env": env, "volumeMounts": mounts}
     annotations = {naming.RECOVERY_ANNOTATION: spec.recovery} if spec.recovery else None

@@ -48,7 +48,7 @@ class Orchestrator:
             keep_chief=spec.keep_chief, reporter=self.reporter,
             workers=None if started.adopted else started.workers, deadline=self.pretraining.deadline,
             schedule_timeout=spec.schedule_timeout, clock=self._clock, request=lambda: spec,
-            owner=self.pretraining.owner)
+            owner=self.pretraining.owner, hang_timeout=spec.hang_timeout, on_hang=spec.hang_action)
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         # only what this run created or adopted is its to delete

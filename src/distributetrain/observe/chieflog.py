@@ -10,12 +10,16 @@ too: the manager reports them and the chief's pre-flight checks them against the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from distributetrain.hostfile import HostSlots
 from distributetrain.placement import fabric
 
 _RANK_FAILED = re.compile(rb"rank (\d+) on (\S+) exited with (-?\d+)")
+# the launcher's `hostfile: 10.0.0.5 slots=1, 10.0.0.6 slots=2` as each horovodrun starts, chief first
+_HOSTFILE = re.compile(rb"^launcher \S+ \S+ INFO hostfile: (.*)$")
+_HOST = re.compile(r"^(\S+) slots=(\d{1,6})$")
 
 
 @dataclass(frozen=True)
@@ -203,4 +207,32 @@ def fabric_mismatch(net: HostNet, kind: str) -> str | None:
     if kind == fabric.EFA and net.provider is not None and net.provider != "efa":
         return (f"NCCL uses {net.text()}, libfabric's {net.provider} provider over TCP rather than EFA; "
                 f"{FABRIC_HINT[kind]}")
+
+
+def hostfile(hosts: Sequence[HostSlots]) -> str:
+    """The launcher's line for the hostfile a horovodrun starts with, in rank order (the chief first)."""
+    return "hostfile: " + ", ".join(f"{h.host} slots={h.slots}" for h in hosts)
+
+
+def parse_hostfile(line: bytes) -> tuple[HostSlots, ...] | None:
+    """The hosts a launcher's hostfile line names, in rank order; None when it is not that line."""
+    match = _HOSTFILE.match(line.rstrip(b"\r\n"))
+    if match is None:
+        return None
+    hosts = []
+    for part in match[1].decode("utf-8", "replace").split(", "):
+        found = _HOST.match(part.strip())
+        if found is None:
+            return None
+        hosts.append(HostSlots(found[1], int(found[2])))
+    return tuple(hosts)
+
+
+def rank_host(hosts: Sequence[HostSlots], rank: int) -> str | None:
+    """The host of a rank: Horovod fills hosts in hostfile order, every slot of one host before the next
+    (horovod/runner/common/util/hosts.py, get_host_assignments)."""
+    for h in hosts:
+        if rank < h.slots:
+            return h.host
+        rank -= h.slots
     return None

@@ -38,6 +38,8 @@ JOB_FAILED = "JobFailed"
 CLEANED_UP = "CleanedUp"
 RESTARTED = "Restarted"
 NCCL_TRANSPORT = "NcclTransport"
+TRAINING_HUNG = "TrainingHung"
+STRAGGLER = "Straggler"
 
 
 @dataclass(frozen=True)

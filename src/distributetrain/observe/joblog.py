@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from distributetrain import hostfile, podstatus
 from distributetrain.hostfile import HostSlots
+from distributetrain.observe.jobstate import RankState
 from distributetrain.placement.inventory import NodeGpus
 from distributetrain.placement.planner import Entry
 
@@ -80,6 +81,17 @@ class Reporter:
 
     def pod_failed(self, pod: Mapping[str, Any] | None, why: str) -> None:
         """A job pod failed or vanished (None: it is gone) while the job ran."""
+
+    def hung(self, pods: Sequence[Mapping[str, Any]], why: str) -> None:
+        """The watchdog found the training hung; `pods`: those of the rank(s) that stopped first."""
+        self.say(why)
+
+    def straggling(self, pod: Mapping[str, Any] | None, why: str) -> None:
+        """A rank runs slower than the others (its pod, if known)."""
+        self.say(why)
+
+    def ranks(self, ranks: Sequence[RankState]) -> None:
+        """Every training rank's latest step time, where it runs (the metrics)."""
 
     def finished(self, code: int, detail: str) -> None:
         """The chief ended with the training's exit code (`detail`: which rank failed, if one did)."""

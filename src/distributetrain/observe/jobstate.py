@@ -39,6 +39,16 @@ class PodState:
 
 
 @dataclass(frozen=True)
+class RankState:
+    """One training rank as its heartbeats show it (manager/watchdog.py): where it runs and its step time."""
+
+    rank: int
+    pod: str
+    node: str
+    step_seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class JobState:
     """The job as the manager last saw it. Times are Unix seconds."""
 
@@ -57,10 +67,21 @@ class JobState:
     exit_code: int | None = None
     fabric: str = ""                   # the fabric kind the plan's pods cross nodes over (efa, ib); "" TCP
     transports: tuple[tuple[str, str], ...] = ()  # (pod, the transport NCCL chose there), as first reported
+    ranks: tuple[RankState, ...] = ()  # every rank's latest step time, from the heartbeats
 
     @property
     def held(self) -> int:
         return sum(p.gpus for p in self.pods)
+
+    @property
+    def skew(self) -> float | None:
+        """The slowest rank's step time over the median rank's; None without two ranks' step times."""
+        times = sorted(r.step_seconds for r in self.ranks if r.step_seconds is not None)
+        if len(times) < 2:
+            return None
+        middle = len(times) // 2
+        median = times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+        return times[-1] / median if median > 0 else None
 
     @property
     def workers(self) -> int:
@@ -174,13 +195,15 @@ def loads(text: str) -> JobState:
     try:
         data = json.loads(text)
         pods = tuple(PodState(**p) for p in data.pop("pods"))
+        ranks = tuple(RankState(**r) for r in data.pop("ranks", ()))
         reached = tuple((str(n), float(t)) for n, t in data.pop("reached"))
         transports = tuple((str(h), str(t)) for h, t in data.pop("transports", ()))
         report = data.pop("progress")
         if report is not None:
             report["extra"] = tuple((str(k), float(v)) for k, v in report["extra"])
             report = Progress(**report)
-        return JobState(pods=pods, reached=reached, progress=report, transports=transports, **data)
+        return JobState(pods=pods, reached=reached, progress=report, transports=transports, ranks=ranks,
+                        **data)
     except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as err:
         raise ValueError(f"not a job state: {err}") from err
 

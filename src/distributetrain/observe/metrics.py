@@ -87,6 +87,28 @@ def families(state: JobState) -> list[Metric]:
         for name, count in sorted(counts.items()):
             transport.add_metric([*job, name, state.fabric], float(count))
         out.append(transport)
+    out += _ranks(state, keys, job)
+    return out
+
+
+def _ranks(state: JobState, keys: list[str], job: list[str]) -> list[Metric]:
+    """Every rank's step time from its heartbeats, and how far the slowest is from the median."""
+    timed = [r for r in state.ranks if r.step_seconds is not None]
+    if not timed:
+        return []
+    steps = GaugeMetricFamily(PREFIX + "rank_step_seconds",
+                              "Each training rank's mean seconds per step over its last heartbeat period",
+                              labels=[*keys, "rank", "pod", "node"])
+    for rank in timed:
+        steps.add_metric([*job, str(rank.rank), rank.pod, rank.node], float(rank.step_seconds or 0.0))
+    out: list[Metric] = [steps]
+    skew = state.skew
+    if skew is not None:
+        family = GaugeMetricFamily(PREFIX + "rank_step_skew",
+                                   "The slowest rank's step time over the median rank's (1: no straggler)",
+                                   labels=keys)
+        family.add_metric(job, skew)
+        out.append(family)
     return out
 
 

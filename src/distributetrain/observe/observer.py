@@ -179,6 +179,8 @@ class Observer(joblog.Reporter):
             self._nccl_network(net)
             return
         report = progress.parse(line)
+        if report is not None and report.rank is not None:
+            return  # a rank's heartbeat: the watchdog's (manager/watchdog.py), not the job's progress
         launched = report is None and progress.LAUNCHED.match(line) is not None
         if report is None and not launched:
             return
@@ -222,6 +224,28 @@ class Observer(joblog.Reporter):
         if ref is not None:
             self._event(ref, events.WORKER_FAILED, why, type=events.WARNING)
         self._job_event(events.WORKER_FAILED, f"{why}; stopping the job", type=events.WARNING)
+
+    @_never_raises
+    def hung(self, pods: Sequence[Mapping[str, Any]], why: str) -> None:
+        super().hung(pods, why)
+        for pod in pods:
+            self._event(ObjectRef.of(pod), events.TRAINING_HUNG, why, type=events.WARNING)
+        self._job_event(events.TRAINING_HUNG, why, type=events.WARNING)
+
+    @_never_raises
+    def straggling(self, pod: Mapping[str, Any] | None, why: str) -> None:
+        super().straggling(pod, why)
+        if pod is not None:
+            self._event(ObjectRef.of(pod), events.STRAGGLER, why, type=events.WARNING)
+        self._job_event(events.STRAGGLER, why, type=events.WARNING)
+
+    @_never_raises
+    def ranks(self, ranks: Sequence[jobstate.RankState]) -> None:
+        with self._state_lock:
+            if tuple(ranks) == self.state.ranks:
+                return
+            self.state = jobstate.replace(self.state, ranks=tuple(ranks))
+        self._publish(urgent=False)
 
     @_never_raises
     def finished(self, code: int, detail: str) -> None:

@@ -8,7 +8,9 @@ its progress (docs/images.md, "The progress line"):
 `dt-progress` then space-separated `key=value` fields, all optional: `epoch=E/N` (E epochs done of N; `E`
 alone when N is unknown), `step=S` (training steps, i.e. batches, done so far), `loss`, `accuracy`,
 `steps_per_s` (decimal numbers) and any other `name=number` (e.g. `val_loss`), which is kept as a further
-metric. Anything before `dt-progress` is ignored (horovodrun prefixes `[0]<stdout>:`). A line with a
+metric. `rank=R` says which Horovod rank printed it: such a line is that rank's heartbeat
+(observe/heartbeat.py, what the manager's watchdog reads), not the job's progress. Anything before
+`dt-progress` is ignored (horovodrun prefixes `[0]<stdout>:`). A line with a
 malformed field is not a progress line: a script's mistake never shows as wrong progress.
 
 The manager also reads the moment the chief's launcher starts the user's command, which ends the job's
@@ -43,6 +45,7 @@ class Progress:
     accuracy: float | None = None
     steps_per_s: float | None = None
     extra: tuple[tuple[str, float], ...] = ()  # further metrics, in the line's order
+    rank: int | None = None  # the Horovod rank that printed it: a heartbeat (observe/heartbeat.py)
 
 
 def parse(line: bytes | str) -> Progress | None:
@@ -55,6 +58,7 @@ def parse(line: bytes | str) -> Progress | None:
     epoch: int | None = None
     epochs: int | None = None
     step: int | None = None
+    rank: int | None = None
     named: dict[str, float] = {}
     extra: list[tuple[str, float]] = []
     for token in match[1].decode("utf-8", "replace").split():
@@ -71,6 +75,10 @@ def parse(line: bytes | str) -> Progress | None:
             if not _STEP.match(value):
                 return None
             step = int(value)
+        elif key == "rank":
+            if not _STEP.match(value):
+                return None
+            rank = int(value)
         else:
             number = _number(value)
             if number is None:
@@ -80,7 +88,8 @@ def parse(line: bytes | str) -> Progress | None:
             elif len(extra) < MAX_EXTRA:
                 extra.append((key, number))
     return Progress(epoch=epoch, epochs=epochs, step=step, loss=named.get("loss"),
-                    accuracy=named.get("accuracy"), steps_per_s=named.get("steps_per_s"), extra=tuple(extra))
+                    accuracy=named.get("accuracy"), steps_per_s=named.get("steps_per_s"), extra=tuple(extra),
+                    rank=rank)
 
 
 def _number(text: str) -> float | None:
@@ -94,6 +103,8 @@ def _number(text: str) -> float | None:
 def line(progress: Progress) -> str:
     """The line that reports `progress` (what a script prints; parse(line(p)) == p)."""
     parts = [MARKER]
+    if progress.rank is not None:
+        parts.append(f"rank={progress.rank}")
     if progress.epoch is not None:
         total = f"/{progress.epochs}" if progress.epochs is not None else ""
         parts.append(f"epoch={progress.epoch}{total}")

@@ -46,6 +46,7 @@ from distributetrain.request.fields import describe, invalid, read, request_fiel
 from distributetrain.request.podtemplate import PodTemplate
 
 PLACEMENT_POLICIES = tuple(POLICIES)
+ON_HANG = ("fail", "restart", "replace")  # what the manager does with a hung training (manager/watchdog.py)
 DEFAULT_MOUNT_PATH = "/workspace"
 GIB = 2**30
 # Requests per GPU when neither the flags nor the template say: small enough for the smallest GPU nodes
@@ -366,6 +367,24 @@ class JobSpec:
         help="How long lost workers may wait for free GPUs before the job fails (exit 70).",
         doc="How long lost workers may wait for free GPUs to be replaced before the job fails (exit 70): an "
             "elastic job while fewer than min_gpus run, a restart job before each relaunch."))
+    hang_timeout: float | None = field(default=None, metadata=describe(
+        parse_positive_duration, "DURATION",
+        help="A training rank that makes no step for this long is hung (default: max(10 x the median step "
+             "time, 5m)); --on-hang says what then.",
+        doc="The watchdog (docs/manager.md, \"Hangs\"): every rank's heartbeat (Train.py, or "
+            "distributetrain.observe.heartbeat in your script) says its step count; a rank whose count does "
+            "not grow for this long is hung, and the manager names the rank that stopped first, its pod and "
+            "node. None: max(10 x the median step time seen, 300 s)."))
+    on_hang: str | None = field(default=None, metadata=describe(
+        choices=ON_HANG,
+        help="On a hang: fail (exit 79, the default), restart (from the checkpoint without the stuck "
+             "node; needs --restarts), replace (elastic: the stuck worker re-placed; the default with "
+             "--min-gpus).",
+        doc="What the manager does with a hung training: fail (an Event, a line naming the stuck pod, node "
+            "and step, exit 79, everything deleted but the kept chief), restart (the stuck worker deleted "
+            "and replaced on another node, the training relaunched from its checkpoint; --restarts), replace "
+            "(elastic: the stuck worker deleted and re-placed elsewhere while the others go on). None: "
+            "replace for an elastic job, restart with --restarts, else fail."))
     grow_interval: float = field(default=30.0, metadata=describe(
         parse_positive_duration, "DURATION",
         help="How often free GPUs are looked for while the job runs short of its size.",
@@ -379,6 +398,15 @@ class JobSpec:
         if self.min_gpus is not None:
             return naming.RECOVERY_ELASTIC
         return naming.RECOVERY_RESTART if self.restarts else None
+
+    @property
+    def hang_action(self) -> str:
+        """What a hang leads to: on_hang, else by the job's mode (replace elastic, restart with restarts)."""
+        if self.on_hang is not None:
+            return self.on_hang
+        if self.min_gpus is not None:
+            return ON_HANG[2]
+        return ON_HANG[1] if self.restarts else ON_HANG[0]
 
     @property
     def node_selector_dict(self) -> dict[str, str]:
@@ -504,6 +532,14 @@ def _recovery_checks(spec: JobSpec) -> list[str]:
     if spec.min_gpus is not None and spec.restarts:
         problems.append("restarts: an elastic job (--min-gpus) goes on without its lost workers and never "
                         "relaunches; give either --min-gpus or --restarts")
+    if spec.on_hang == ON_HANG[1] and not spec.restarts:
+        problems.append("on_hang (restart): relaunching needs --restarts K (how many times at most); give "
+                        "it, or --on-hang fail")
+    if spec.on_hang == ON_HANG[2] and spec.min_gpus is None:
+        problems.append("on_hang (replace): only an elastic job (--min-gpus) trains on while a worker is "
+                        "re-placed; give --min-gpus, or --on-hang fail or restart")
+    if spec.on_hang == ON_HANG[1] and spec.min_gpus is not None:
+        problems.append("on_hang (restart): an elastic job never relaunches; use --on-hang replace")
     if spec.min_gpus is not None and spec.transport != naming.TRANSPORTS[0]:
         problems.append(f"transport ({spec.transport}): elastic Horovod runs on Gloo only; use --transport "
                         f"{naming.TRANSPORTS[0]} or drop --min-gpus")

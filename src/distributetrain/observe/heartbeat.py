@@ -1,0 +1,173 @@
+"""Per-rank heartbeats: every training process says, at a low and bounded rate, how many steps it has done
+and how long they took, so the manager can tell a rank that stopped making progress (manager/watchdog.py).
+
+The line is the progress line (progress.py) with a `rank=` field:
+
+    dt-progress rank=3 step=1200 step_s=0.0412
+    dt-progress rank=3 step=1500 done=1
+
+Each rank also says once, when its training starts (and after each elastic re-formation), which host it runs
+on - its pod's hostname, the pod's name - so the manager finds its pod however Horovod numbered the ranks:
+
+    dt-rank rank=3 host=train-worker-1
+
+`step` is the steps (batches) this process has done since it started, `step_s` the mean seconds per step
+since its previous heartbeat (absent when it did no step since), `done=1` says its training loop ended (what
+follows - evaluation, saving - makes no steps and must not look like a hang). horovodrun copies every rank's
+output into the chief's log (prefixed `[R]<stdout>:`), which the manager reads.
+
+The beat comes from a thread, not from the training loop: a process blocked in a collective (waiting for a
+stuck peer) keeps beating with the same step count - alive, no progress - while a frozen process (SIGSTOP, a
+hung kernel call) falls silent. That difference is how the watchdog tells the rank that stopped first from
+the ranks that wait for it.
+
+For a training script (base-image/Train.py has the same as a Keras callback, being self-contained):
+
+    from distributetrain.observe.heartbeat import Heartbeat
+
+    with Heartbeat(hvd.rank()) as beat:
+        for batch in data:
+            train_step(batch)
+            beat.step()
+
+`step()` costs one integer add; the thread prints one line every `every` seconds (DT_HEARTBEAT_SECONDS,
+default 10).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TextIO
+
+from distributetrain.observe import progress
+
+RANK_MARKER = "dt-rank"
+_RANK_LINE = re.compile(rb"(?:^|[\s:])dt-rank rank=(\d{1,7}) host=([A-Za-z0-9][-A-Za-z0-9.]{0,252})\s*$")
+ENV_EVERY = "DT_HEARTBEAT_SECONDS"
+DEFAULT_EVERY = 10.0
+STEP_SECONDS = "step_s"
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One rank's heartbeat: its steps so far, the mean step time since its last beat, whether it is done."""
+
+    rank: int
+    step: int
+    step_seconds: float | None = None
+    done: bool = False
+
+
+def line(beat: Beat) -> str:
+    """The line a rank prints (parse(line(b)) == b)."""
+    extra: list[tuple[str, float]] = []
+    if beat.step_seconds is not None:
+        extra.append((STEP_SECONDS, beat.step_seconds))
+    if beat.done:
+        extra.append((DONE, 1.0))
+    return progress.line(progress.Progress(rank=beat.rank, step=beat.step, extra=tuple(extra)))
+
+
+def parse(text: bytes | str) -> Beat | None:
+    """The heartbeat a chief's log line carries, or None: not a progress line, or one without rank and
+    step (rank 0's job progress lines carry no rank)."""
+    report = progress.parse(text)
+    if report is None or report.rank is None or report.step is None:
+        return None
+    extra = dict(report.extra)
+    seconds = extra.get(STEP_SECONDS)
+    return Beat(report.rank, report.step, seconds if seconds is not None and seconds >= 0 else None,
+                bool(extra.get(DONE)))
+
+
+def rank_line(rank: int, host: str) -> str:
+    """The line that says where a rank runs."""
+    return f"{RANK_MARKER} rank={rank} host={host}"
+
+
+def parse_rank(text: bytes | str) -> tuple[int, str] | None:
+    """The rank and host a `dt-rank` line names, or None."""
+    raw = text.encode("utf-8", "replace") if isinstance(text, str) else text
+    found = _RANK_LINE.search(raw.rstrip(b"\r\n"))
+    return (int(found[1]), found[2].decode()) if found is not None else None
+
+
+def every_from_env(env: dict[str, str] | None = None) -> float:
+    """DT_HEARTBEAT_SECONDS if it is a positive number, else the default."""
+    try:
+        value = float((os.environ if env is None else env).get(ENV_EVERY, ""))
+    except ValueError:
+        return DEFAULT_EVERY
+    return value if value > 0 else DEFAULT_EVERY
+
+
+class Heartbeat:
+    """A training process's heartbeat thread (see the module's docstring). Count steps with `step()`; `stop()`
+    (or leaving the `with` block without an error) prints the last beat, marked done."""
+
+    def __init__(self, rank: int, *, every: float | None = None, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.rank = rank
+        self.every = every if every is not None else every_from_env()
+        self._stream = stream
+        self._clock = clock
+        self._steps = 0
+        self._last_steps = 0
+        self._last_at = clock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dt-heartbeat-{rank}", daemon=True)
+
+    def start(self) -> Heartbeat:
+        stream = self._stream or sys.stdout
+        stream.write(rank_line(self.rank, socket.gethostname()) + "\n")
+        stream.flush()
+        self._last_at = self._clock()
+        self._thread.start()
+        return self
+
+    def step(self, steps: int = 1) -> None:
+        """`steps` more training steps done (called from the training loop)."""
+        self._steps += steps
+
+    def stop(self, *, done: bool = True) -> None:
+        """The training loop ended: the last beat, marked done; the thread ends. Not `done` when the loop
+        failed: a rank failing on a peer's timeout has not finished, and the manager still weighs it."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        if done:
+            self._beat(done=True)
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop(done=kind is None)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.every):
+            self._beat()
+
+    def _beat(self, *, done: bool = False) -> None:
+        steps, now = self._steps, self._clock()
+        made = steps - self._last_steps
+        seconds = (now - self._last_at) / made if made > 0 else None
+        self._last_steps, self._last_at = steps, now
+        if steps == 0 and not done:
+            return  # not training yet (start-up, tracing): nothing to watch
+        stream = self._stream or sys.stdout
+        took = None if seconds is None else round(seconds, 6)
+        stream.write(line(Beat(self.rank, steps, took, done)) + "\n")
+        stream.flush()
