@@ -207,6 +207,7 @@ def fabric_mismatch(net: HostNet, kind: str) -> str | None:
     if kind == fabric.EFA and net.provider is not None and net.provider != "efa":
         return (f"NCCL uses {net.text()}, libfabric's {net.provider} provider over TCP rather than EFA; "
                 f"{FABRIC_HINT[kind]}")
+    return None
 
 
 def hostfile(hosts: Sequence[HostSlots]) -> str:
