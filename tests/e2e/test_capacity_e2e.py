@@ -34,17 +34,19 @@ PROCESS: dict[str, Any] = {"runtime": "process", "runtime_options": {"volume_ref
 
 
 def manager(job: str, gpus: int, **env: str) -> str:
-    """The shipped manager pod, asked for `gpus` GPUs as `job`, with these variables added."""
-    pod: dict[str, Any] = yaml.safe_load((REPO / "manifests" / "DistributeTrain_Manager.yaml").read_text())
-    container = pod["spec"]["containers"][0]
+    """The shipped manager Job, asked for `gpus` GPUs as `job`, with these variables added to its pod's."""
+    path = REPO / "manifests" / "DistributeTrain_Manager.yaml"
+    manifest: dict[str, Any] = yaml.safe_load(path.read_text())
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
     container["args"] = ["--gpus", str(gpus), "--job-name", job]
     container["env"] = [*container["env"], *({"name": k, "value": v} for k, v in env.items())]
-    return yaml.safe_dump(pod)
+    return yaml.safe_dump(manifest)
 
 
 def with_manifests(cluster: TestCluster) -> TestCluster:
     applied = cluster.kubectl("apply", "-f", str(REPO / "rbac"), "-f",
-                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"))
+                              str(REPO / "manifests" / "DistributeTrain_PodTemplate.yaml"), "-f",
+                              str(REPO / "manifests" / "DistributeTrain_PriorityClass.yaml"))
     assert applied.returncode == 0, applied.stderr
     return cluster
 
@@ -128,7 +130,8 @@ def kueue_cluster() -> Iterator[TestCluster]:
 
 
 def fresh_manager(cluster: TestCluster, manifest: str) -> tuple[dict[str, Any], str]:
-    cluster.kubectl("delete", "pod", MANAGER, "--ignore-not-found", "--wait=true")
+    # the Job of the test before, its pods and what they own (the kept chief) go first
+    cluster.kubectl("delete", "job", MANAGER, "--ignore-not-found", "--wait=true", "--cascade=foreground")
     apply(cluster, manifest)
     return manager_ended(cluster)
 
