@@ -31,6 +31,7 @@ from localcluster._internal.admission import (
     quota,
     schedulinggates,
 )
+from localcluster._internal.apimachinery import labelselector
 from localcluster._internal.apimachinery import status as st
 from localcluster._internal.apimachinery.fielderrors import status_invalid
 from localcluster._internal.auth.identity import UserInfo
@@ -192,7 +193,7 @@ class AdmissionPlugins:
         if ref.get("name"):
             one = self.store.get(resource.key, where, str(ref["name"]))
             return [one] if one is not None else []
-        selector = policies.label_selector(ref.get("selector"))
+        selector = labelselector.as_selector(ref.get("selector") or {})
         return [o for o in self.store.objects(resource.key, where)
                 if selector.matches((o.get("metadata") or {}).get("labels"))]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from localcluster._internal.admission import cel
 from localcluster._internal.apimachinery.fielderrors import Cause, invalid
-from localcluster._internal.apimachinery.selectors import LabelSelector, Requirement
+from localcluster._internal.apimachinery.labelselector import as_selector
 
 Obj = dict[str, Any]
 GROUP = "admissionregistration.k8s.io"
@@ -39,7 +39,6 @@ POLICIES_KEY = f"validatingadmissionpolicies.{GROUP}"        # their keys in the
 BINDINGS_KEY = f"validatingadmissionpolicybindings.{GROUP}"
 VARIABLES = ("object", "oldObject", "request", "params", "namespaceObject", "variables")
 CODES = {"Invalid": 422, "Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 413}
-_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 @dataclass(frozen=True)
@@ -86,20 +85,6 @@ Params = Callable[[Mapping[str, Any], Mapping[str, Any], str], list[Obj] | None]
 
 
 # ---- matching ---------------------------------------------------------------------------------------------
-def label_selector(selector: Mapping[str, Any] | None) -> LabelSelector:
-    """A metav1.LabelSelector; {} or none selects everything, an unknown operator nothing."""
-    selector = selector or {}
-    labels = sorted((selector.get("matchLabels") or {}).items())
-    requirements = [Requirement(k, "=", (str(v),)) for k, v in labels]
-    for expression in selector.get("matchExpressions") or []:
-        operator = _OPERATORS.get(expression.get("operator", ""))
-        if operator is None:
-            return LabelSelector((Requirement("", "in", ()),))
-        requirements.append(Requirement(str(expression.get("key", "")), operator,
-                                        tuple(str(v) for v in expression.get("values") or ())))
-    return LabelSelector(tuple(requirements))
-
-
 def _listed(values: Sequence[str] | None, value: str) -> bool:
     return bool(values) and ("*" in (values or ()) or value in (values or ()))
 
@@ -131,13 +116,13 @@ def resources_match(match: Mapping[str, Any] | None, a: Attributes,
     binding without rules takes every resource its policy matches), minus the excluded ones."""
     match = match or {}
     if a.namespace:
-        if not label_selector(match.get("namespaceSelector")).matches(namespace_labels or {}):
+        if not as_selector(match.get("namespaceSelector") or {}).matches(namespace_labels or {}):
             return False
     elif a.resource == "namespaces" and not a.group:  # a Namespace is matched by its own labels
         own = ((a.obj or a.old or {}).get("metadata") or {}).get("labels") or {}
-        if not label_selector(match.get("namespaceSelector")).matches(own):
+        if not as_selector(match.get("namespaceSelector") or {}).matches(own):
             return False
-    selector = label_selector(match.get("objectSelector"))
+    selector = as_selector(match.get("objectSelector") or {})
     labels = [((o.get("metadata") or {}).get("labels") or {}) for o in (a.obj, a.old) if o is not None]
     if not any(selector.matches(found) for found in labels or [{}]):
         return False

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from localcluster._internal.apimachinery.selectors import LabelSelector, Requirement
+from localcluster._internal.apimachinery.labelselector import as_selector
+from localcluster._internal.apimachinery.selectors import LabelSelector
 
 POD_TABLE = "networkpolicy"
-_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 
 @dataclass(frozen=True)
@@ -70,20 +70,6 @@ class Isolation:
     egress: tuple[Allow, ...] | None = None
 
 
-def label_selector(selector: Mapping[str, Any] | None) -> LabelSelector:
-    """A metav1.LabelSelector (matchLabels, matchExpressions) as a selector; {} selects everything."""
-    selector = selector or {}
-    labels = sorted((selector.get("matchLabels") or {}).items())
-    requirements = [Requirement(k, "=", (str(v),)) for k, v in labels]
-    for expression in selector.get("matchExpressions") or []:
-        operator = _OPERATORS.get(expression.get("operator", ""))
-        if operator is None:
-            return LabelSelector((Requirement("", "in", ()),))  # an unknown operator selects nothing
-        requirements.append(Requirement(expression["key"], operator,
-                                        tuple(str(v) for v in expression.get("values") or ())))
-    return LabelSelector(tuple(requirements))
-
-
 def policy_types(policy: Mapping[str, Any]) -> tuple[str, ...]:
     spec = policy.get("spec") or {}
     given = spec.get("policyTypes")
@@ -94,9 +80,9 @@ def policy_types(policy: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _peer_pods(peer: Mapping[str, Any], policy_namespace: str, endpoints: Sequence[Endpoint],
                namespaces: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
-    pods = label_selector(peer["podSelector"]) if "podSelector" in peer else LabelSelector()
+    pods = as_selector(peer["podSelector"] or {}) if "podSelector" in peer else LabelSelector()
     if "namespaceSelector" in peer:
-        chosen = label_selector(peer["namespaceSelector"])
+        chosen = as_selector(peer["namespaceSelector"] or {})
         in_scope = {ns for ns, labels in namespaces.items() if chosen.matches(labels)}
     else:
         in_scope = {policy_namespace}
@@ -176,7 +162,7 @@ def isolation_by_pod(policies: Iterable[Mapping[str, Any]], endpoints: Sequence[
     for policy in policies:
         meta, spec = policy.get("metadata") or {}, policy.get("spec") or {}
         namespace = meta.get("namespace", "default")
-        selected = label_selector(spec.get("podSelector"))
+        selected = as_selector(spec.get("podSelector") or {})
         types = policy_types(policy)
         for pod in endpoints:
             if pod.namespace != namespace or not selected.matches(pod.labels):
