@@ -122,11 +122,13 @@ class Output:
 
 
 @contextmanager
-def cluster() -> Iterator[Any]:
+def cluster(nodes: Sequence[int] = NODES, **options: Any) -> Iterator[Any]:
+    """A local cluster of pods as processes on `nodes`; `options`: other ClusterSpec fields."""
     from localcluster import ClusterSpec, ImageMap, LocalCluster
 
-    spec = ClusterSpec(nodes=NODES, runtime="process", runtime_options={"volume_refresh": VOLUME_REFRESH},
-                       images=ImageMap.load(ROOT / "scripts" / "local-cluster-images.yaml"))
+    spec = ClusterSpec(nodes=tuple(nodes), runtime="process",
+                       runtime_options={"volume_refresh": VOLUME_REFRESH},
+                       images=ImageMap.load(ROOT / "scripts" / "local-cluster-images.yaml"), **options)
     started = LocalCluster(spec).start()
     try:
         yield started

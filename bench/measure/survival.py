@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench.measure import recovery
 from bench.measure.recovery import BIN, IMAGE, ROOT, Output, kubectl, worker
 
 OUTAGES = (10.0, 60.0, 300.0)
@@ -50,18 +51,12 @@ _EPOCH_LINE = r"(?:^|:)epoch=(\d+) "
 
 
 @contextmanager
-def cluster(nodes: Sequence[int] = (5, 3, 2), **options: Any) -> Iterator[Any]:
-    from localcluster import ClusterSpec, ImageMap, LocalCluster
-
-    spec = ClusterSpec(nodes=tuple(nodes), runtime="process", runtime_options={"volume_refresh": 1.0},
-                       images=ImageMap.load(ROOT / "scripts" / "local-cluster-images.yaml"), **options)
-    started = LocalCluster(spec).start()
-    try:
+def cluster(nodes: Sequence[int] = recovery.NODES, **options: Any) -> Iterator[Any]:
+    """recovery.py's cluster, its default namespace labelled as the demo's."""
+    with recovery.cluster(nodes, **options) as started:
         namespace = ROOT / "scripts" / "demo-namespace.yaml"
         kubectl(started.kubeconfig, "apply", "--server-side", "-f", str(namespace))
         yield started
-    finally:
-        started.stop()
 
 
 def run(kubeconfig: Path, epochs: int, *flags: str, image: str = IMAGE) -> Output:
