@@ -48,12 +48,11 @@ RESOURCES: dict[str, Resource] = {
     "workloads": Resource("/apis/kueue.x-k8s.io/v1beta1", "workloads"),
     "karpenter-nodepools": Resource("/apis/karpenter.sh/v1", "nodepools", namespaced=False),
 }
-# an object's `kind` -> its resource, for what the manager creates (and a Job: the tests and bench create
-# the manager's own, as the shipped manifest runs it)
+# an object's `kind` -> its resource, for what the manager creates
 RESOURCE_OF_KIND = {"Pod": "pods", "Secret": "secrets", "ConfigMap": "configmaps",
                     "NetworkPolicy": "networkpolicies", "PodDisruptionBudget": "poddisruptionbudgets",
                     "Event": "events", "PodTemplate": "podtemplates",
-                    "ProvisioningRequest": "provisioningrequests", "Job": "jobs"}
+                    "ProvisioningRequest": "provisioningrequests"}
 MERGE_PATCH = "application/merge-patch+json"
 
 
