@@ -13,6 +13,15 @@ pod's NCCL must name the fabric's transport in its log (NET/OFI with libfabric's
 else the check fails naming the pod and its node (`fabric_verdict`). The bandwidth floor names the node of
 the slowest pod too; `Blame` is what a caller that re-plans around a bad node reads.
 
+Where its time goes: every rank stamps (unix time) when its process started, when TensorFlow and Horovod
+were imported and when Horovod was initialised; rank 0 when the all-reduces were done (`phases`). A pair
+below --min-busbw already decides the verdict: rank 0 then tells every rank to skip the sweep. Pairs use at
+most PAIR_SIZE, so a link twenty times too slow costs seconds, not minutes.
+
+Which node to blame (`blame_pairs`): a pod whose every measured link is below the floor, the pods with most
+such links first; a slow link of two pods that are each fine elsewhere blames neither. With only the
+chief and one pod the one link cannot say which end is slow: both are named.
+
 The pure part (the lines, reading them back, the verdicts) is used by the launcher; `main` needs Horovod and
 TensorFlow, as in the base image.
 """
@@ -30,9 +39,11 @@ from dataclasses import dataclass, field
 from distributetrain.hostfile import HostSlots
 from distributetrain.observe import chieflog
 
+STARTED = time.time()  # this module is the rank's main: its import is the process's start, within ~50 ms
 MARKER = "dt-preflight"
 DEFAULT_SIZES = (1 << 20, 16 << 20, 64 << 20)
 DEFAULT_ITERATIONS = 5
+PAIR_SIZE = 16 << 20  # the pairs' all-reduce: 1.6 s on a 84 Mbit/s link (1:20 here), ms on a fabric
 _LINE = re.compile(r"(?:^|[\s:])dt-preflight (\w+)((?:\s+\S+=\S+)*)\s*$")
 
 
@@ -65,6 +76,19 @@ class Report:
     backend: str = ""
     done: bool = False
     hostnames: dict[int, str] = field(default_factory=dict)  # rank -> its pod's hostname (NCCL's HOST)
+    stamps: dict[int, Stamps] = field(default_factory=dict)  # rank -> when it started, imported, initialised
+    done_at: float | None = None  # when rank 0 had measured everything (unix time)
+    skipped: bool = False  # the sweep skipped: a pair already fell below --min-busbw
+
+
+@dataclass(frozen=True)
+class Stamps:
+    """When one rank's process started, had imported TensorFlow and Horovod, and had initialised Horovod
+    (unix time, each from the rank's own clock: the pods of a node share it, nodes are NTP-close)."""
+
+    start: float
+    imported: float
+    initialised: float
 
 
 def parse_size(text: str) -> int:
@@ -114,6 +138,9 @@ def read(lines: Iterable[str]) -> Report:
                 report.backend = fields.get("backend", report.backend)
                 if "host" in fields:
                     report.hostnames[int(fields["rank"])] = fields["host"]
+                if "start" in fields:
+                    report.stamps[int(fields["rank"])] = Stamps(
+                        float(fields["start"]), float(fields["imported"]), float(fields["init"]))
             elif kind == "pair" and "seconds" not in fields:
                 report.started_pair = fields["host"]
             elif kind == "pair":
@@ -122,8 +149,11 @@ def read(lines: Iterable[str]) -> Report:
             elif kind == "allreduce":
                 report.sweep.append(Measure(int(fields["ranks"]), int(fields["size"]),
                                             float(fields["seconds"])))
+            elif kind == "skip":
+                report.skipped = True
             elif kind == "done":
                 report.done = True
+                report.done_at = float(fields["at"]) if "at" in fields else None
         except (KeyError, ValueError):
             continue
     return report
@@ -177,30 +207,101 @@ def verdict(report: Report, *, hosts: Sequence[HostSlots], ranks: int, min_busbw
             timed_out: bool, exit_code: int, nodes: Mapping[str, str] | None = None) -> str | None:
     """Why the check failed, naming the pod to blame (and its node, from `nodes`: address -> node); None when
     it passed."""
-    nodes = nodes or {}
+    found = blame(report, hosts=hosts, ranks=ranks, min_busbw=min_busbw, timed_out=timed_out,
+                  exit_code=exit_code, nodes=nodes or {})
+    return None if found is None else found.why
+
+
+def blame(report: Report, *, hosts: Sequence[HostSlots], ranks: int, min_busbw: float | None,
+          timed_out: bool, exit_code: int, nodes: Mapping[str, str]) -> Blame | None:
+    """Why the check failed and the pods (and their nodes) to blame; None when it passed. A pod whose ranks
+    never started, or the pod of a pair that never ended, is blamed; below --min-busbw, the pods
+    `blame_pairs` finds (none when the pairs cannot tell: the slowest is then named, not blamed)."""
     pods = first_ranks(hosts)
     if timed_out or exit_code or not report.done:
         how = "hung" if timed_out else f"failed (horovodrun exited with {exit_code})"
         missing = sorted({host for host, _ in _rank_hosts(hosts) if _ranks_of(hosts, host) - report.ready})
         if missing:
-            return (f"the pre-flight all-reduce {how}: {len(missing)} pod(s) never started their ranks: "
-                    f"{', '.join(where(m, nodes) for m in missing)} (unreachable from the chief, or Horovod "
-                    "could not start there)")
+            return _blamed(f"the pre-flight all-reduce {how}: {len(missing)} pod(s) never started their "
+                           f"ranks: {', '.join(where(m, nodes) for m in missing)} (unreachable from the "
+                           "chief, or Horovod could not start there)", missing, nodes)
         if report.started_pair is not None:
-            return (f"the pre-flight all-reduce {how} between the chief and "
-                    f"{where(report.started_pair, nodes)}: that pod is unreachable on Horovod's ports or far "
-                    "too slow")
-        return (f"the pre-flight all-reduce {how} with every rank started, after "
-                f"{len(report.sweep)} of its sizes; pods: {', '.join(h for h, _ in pods)}")
-    if min_busbw is not None and report.sweep:
+            return _blamed(f"the pre-flight all-reduce {how} between the chief and "
+                           f"{where(report.started_pair, nodes)}: that pod is unreachable on Horovod's ports "
+                           "or far too slow", [report.started_pair], nodes)
+        return Blame(f"the pre-flight all-reduce {how} with every rank started, after "
+                     f"{len(report.sweep)} of its sizes; pods: {', '.join(h for h, _ in pods)}")
+    if min_busbw is None:
+        return None
+    chief = pods[0][0] if pods else ""
+    blamed = blame_pairs(report.pairs, chief=chief, floor=min_busbw)
+    if report.sweep:
         largest = max(report.sweep, key=lambda m: m.size)
-        if largest.busbw < min_busbw:
-            worst = slowest(report)
-            blame = (f"; the slowest pod is {where(str(worst.host), nodes)} ({worst.busbw:.3g} GB/s to the "
-                     "chief)" if worst else "; every rank is in the chief's pod")
-            return (f"the pre-flight all-reduce over {ranks} ranks reached {largest.busbw:.3g} GB/s bus "
-                    f"bandwidth at {size_text(largest.size)}, below --min-busbw {min_busbw:g} GB/s{blame}")
-    return None
+        if largest.busbw >= min_busbw:
+            return None
+        why = (f"the pre-flight all-reduce over {ranks} ranks reached {largest.busbw:.3g} GB/s bus bandwidth "
+               f"at {size_text(largest.size)}, below --min-busbw {min_busbw:g} GB/s")
+    elif report.skipped:
+        why = (f"a pod's link to the chief measured below --min-busbw {min_busbw:g} GB/s (the sweep was "
+               "skipped)")
+    else:
+        return None
+    worst = slowest(report)
+    if blamed:
+        named = [f"the chief's pod {where(p, nodes)}" if p == chief else where(p, nodes) for p in blamed]
+        links = ", ".join(f"{m.host} {m.busbw:.3g}" for m in report.pairs)
+        why += (f"; to blame: {', '.join(named)}, every link measured from it below the floor (each pod's "
+                f"link to the chief, GB/s: {links})")
+    elif worst is not None:
+        why += f"; the slowest pod is {where(str(worst.host), nodes)} ({worst.busbw:.3g} GB/s to the chief)"
+    else:
+        why += "; every rank is in the chief's pod"
+    return _blamed(why, blamed, nodes)
+
+
+def blame_pairs(pairs: Sequence[Measure], *, chief: str, floor: float) -> tuple[str, ...]:
+    """The pods to blame for links below `floor` (GB/s of bus bandwidth): each measure is a link between
+    `chief` and `host`. A pod is a suspect when every link measured from it is slow; suspects with the most
+    slow links not yet explained are blamed first (a slow chief explains every slow link at once), until
+    every slow link has a blamed end. A slow link with no suspect end blames nobody. Pods in address order."""
+    links = [(chief, str(m.host), m.busbw < floor) for m in pairs if m.host]
+    measured: dict[str, list[bool]] = {}
+    for a, b, slow in links:
+        measured.setdefault(a, []).append(slow)
+        measured.setdefault(b, []).append(slow)
+    suspects = {pod for pod, seen in measured.items() if all(seen)}
+    unexplained = [(a, b) for a, b, slow in links if slow]
+    blamed: set[str] = set()
+    while unexplained:
+        counts = {pod: sum(pod in link for link in unexplained) for pod in suspects - blamed}
+        most = max(counts.values(), default=0)
+        if most == 0:
+            break
+        blamed |= {pod for pod, n in counts.items() if n == most}
+        unexplained = [link for link in unexplained if not blamed & set(link)]
+    return tuple(sorted(blamed))
+
+
+def _blamed(why: str, pods: Sequence[str], nodes: Mapping[str, str]) -> Blame:
+    return Blame(why, tuple(pods), tuple(sorted({nodes[p] for p in pods if nodes.get(p)})))
+
+
+def phases(report: Report, *, launched: float) -> str:
+    """Where the check's time went, from the launcher's start (`launched`, unix time) and the ranks'
+    stamps: each milestone when the last rank reached it."""
+    if not report.stamps:
+        return ""
+    last = [max(getattr(s, name) for s in report.stamps.values())
+            for name in ("start", "imported", "initialised")]
+    marks = [("every rank's process running (horovodrun, ssh, Python)", last[0]),
+             ("TensorFlow and Horovod imported", last[1]), ("Horovod initialised", last[2])]
+    if report.done_at is not None:
+        marks.append(("the all-reduces done", report.done_at))
+    out, before = [], launched
+    for name, when in marks:
+        out.append(f"{name} +{max(0.0, when - before):.1f}s")
+        before = max(before, when)
+    return "pre-flight phases: " + ", ".join(out)
 
 
 def summary(report: Report) -> list[str]:
@@ -237,6 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hosts", required=True, help="HOST:SLOTS,... in hostfile order (the chief first)")
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    parser.add_argument("--min-busbw", type=float, default=None,
+                        help="GB/s: a pair below it skips the sweep (the verdict is known)")
     args = parser.parse_args(argv)
     hosts = [HostSlots(h.rpartition(":")[0], int(h.rpartition(":")[2])) for h in args.hosts.split(",")]
     sizes = [parse_size(s) for s in args.sizes.split(",")]
@@ -244,16 +347,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
+    imported = time.time()
     pods = first_ranks(hosts)
     pairs = [(host, hvd.ProcessSet([0, rank])) for host, rank in pods if rank != 0]
     hvd.init(process_sets=[s for _, s in pairs])
+    initialised = time.time()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
     backend = "NCCL" if gpus and hvd.nccl_built() else "Gloo"
     device = "/GPU:0" if gpus else "/CPU:0"
     rank = hvd.rank()
-    print(line("ready", rank=rank, host=socket.gethostname(), backend=backend), flush=True)
+    print(line("ready", rank=rank, host=socket.gethostname(), backend=backend, start=f"{STARTED:.3f}",
+               imported=f"{imported:.3f}", init=f"{initialised:.3f}"), flush=True)
 
     def timed(size: int, process_set: object, iterations: int) -> float:
         with tf.device(device):
@@ -266,20 +372,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             result.numpy()  # wait for the last one
         return (time.perf_counter() - start) / iterations
 
-    largest = max(sizes)
+    pair_size = min(max(sizes), PAIR_SIZE)
+    slow = 0.0
     for host, process_set in pairs:
         if rank == 0:
-            print(line("pair", host=host, size=largest), flush=True)
+            print(line("pair", host=host, size=pair_size), flush=True)
         if process_set.included():
-            seconds = timed(largest, process_set, max(1, args.iterations // 2))
+            seconds = timed(pair_size, process_set, max(1, args.iterations // 2))
             if rank == 0:
-                print(line("pair", host=host, size=largest, seconds=f"{seconds:.6f}"), flush=True)
-    for size in sizes:
+                print(line("pair", host=host, size=pair_size, seconds=f"{seconds:.6f}"), flush=True)
+                if args.min_busbw is not None and Measure(2, pair_size, seconds).busbw < args.min_busbw:
+                    slow = 1.0
+    # rank 0 alone saw the pairs: every rank learns from it whether the sweep still has anything to decide
+    skip = int(hvd.broadcast(tf.constant([slow]), root_rank=0, name="dt_preflight_skip").numpy()[0] > 0)
+    if skip and rank == 0:
+        print(line("skip"), flush=True)
+    for size in [] if skip else sizes:
         seconds = timed(size, hvd.global_process_set, args.iterations)
         if rank == 0:
             print(line("allreduce", ranks=hvd.size(), size=size, seconds=f"{seconds:.6f}"), flush=True)
     if rank == 0:
-        print(line("done"), flush=True)
+        print(line("done", at=f"{time.time():.3f}"), flush=True)
     return 0
 
 

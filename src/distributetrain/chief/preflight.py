@@ -29,10 +29,13 @@ KILL_GRACE = 10.0
 NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
-def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int) -> list[str]:
+def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int,
+            min_busbw: float | None = None) -> list[str]:
     """What every rank runs: this Python (the same path in every pod of the image) and allreduce.py."""
+    floor = [] if min_busbw is None else ["--min-busbw", f"{min_busbw:g}"]
     return [sys.executable, "-m", "distributetrain.chief.allreduce", "--hosts",
-            ",".join(f"{h.host}:{h.slots}" for h in hosts), "--sizes", sizes, "--iterations", str(iterations)]
+            ",".join(f"{h.host}:{h.slots}" for h in hosts), "--sizes", sizes, "--iterations", str(iterations),
+            *floor]
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], *, hosts: Sequence[HostSlots], ranks: int,
@@ -41,7 +44,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], *, hosts: Sequence[HostSlot
     """Run the sweep (`argv`: horovodrun with `command`); raise PreflightFailed naming the pod to blame and
     its node (`nodes`: pod address -> node). `fabric` (efa, ib): every pod's NCCL must cross nodes over it."""
     nodes = nodes or {}
-    started = time.monotonic()
+    started, launched = time.monotonic(), time.time()
     log.info("pre-flight all-reduce check over %d ranks (at most %gs; --no-preflight skips it)%s", ranks,
              timeout, f"; NCCL must use the fabric {fabric}" if fabric else "")
     code, lines, timed_out = _bounded(argv, {**env, **NCCL_LOG_ENV}, timeout)
@@ -52,24 +55,26 @@ def run(argv: Sequence[str], env: Mapping[str, str], *, hosts: Sequence[HostSlot
     if networks:
         log.info("pre-flight NCCL networks: %s", ", ".join(f"{host} {net.text()}"
                                                             for host, net in sorted(networks.items())))
-    blame: allreduce.Blame | None = None
-    why = allreduce.verdict(report, hosts=hosts, ranks=ranks, min_busbw=None, timed_out=timed_out,
-                            exit_code=code, nodes=nodes)
-    if why is None and fabric:
+
+    def judged(floor: float | None) -> allreduce.Blame | None:
+        return allreduce.blame(report, hosts=hosts, ranks=ranks, min_busbw=floor, timed_out=timed_out,
+                               exit_code=code, nodes=nodes)
+
+    # a run that broke first, then the fabric, then the floor: the first failure is the one to act on
+    blame = judged(None)
+    if blame is None and fabric:
         blame = allreduce.fabric_verdict(report, networks, hosts=hosts, fabric=fabric, nodes=nodes)
-    if why is None and blame is None:
-        why = allreduce.verdict(report, hosts=hosts, ranks=ranks, min_busbw=min_busbw, timed_out=timed_out,
-                                exit_code=code, nodes=nodes)
-        slowest = allreduce.slowest(report)
-        if why is not None and slowest is not None and slowest.host:
-            node = nodes.get(slowest.host, "")
-            blame = allreduce.Blame(why, (slowest.host,), (node,) if node else ())
+    if blame is None:
+        blame = judged(min_busbw)
+    took = allreduce.phases(report, launched=launched)
+    if took:
+        log.info("%s", took)
     log.info("pre-flight took %.1fs", time.monotonic() - started)
     if blame is not None:
-        log.error("%s", chieflog.preflight_blamed(chieflog.PreflightBlame(blame.nodes, blame.pods)))
-        why = blame.why
-    if why:
-        raise PreflightFailed(f"{why}; the training was not started")
+        if blame.nodes or blame.pods:
+            log.error("%s", chieflog.preflight_blamed(chieflog.PreflightBlame(blame.nodes, blame.pods)))
+        raise PreflightFailed(f"{blame.why}; the training was not started")
+    log.info("%s", chieflog.PREFLIGHT_PASSED)
     return report
 
 

@@ -46,6 +46,9 @@ def parse_rank_failed(line: bytes) -> RankFailed | None:
     return RankFailed(int(match[1]), match[2].decode("utf-8", "replace"), int(match[3]))
 
 
+# the launcher's line once its pre-flight passed: the manager, which waits for the verdict before it calls
+# the gang started, reads it (pretraining.py)
+PREFLIGHT_PASSED = "pre-flight passed; starting the training"
 _PREFLIGHT_BLAMED = re.compile(rb"pre-flight blames node\(s\) (\S*) \(pods (\S*)\)")
 
 
@@ -70,6 +73,15 @@ def parse_preflight_blamed(line: bytes) -> PreflightBlame | None:
     nodes, pods = (tuple(p for p in match[i].decode("utf-8", "replace").split(",") if p and p != "-")
                    for i in (1, 2))
     return PreflightBlame(nodes, pods)
+
+
+def find_preflight_blamed(lines: Iterable[bytes]) -> PreflightBlame | None:
+    """The last pre-flight blame in the chief's lines, if any."""
+    for line in reversed(list(lines)):
+        found = parse_preflight_blamed(line)
+        if found is not None:
+            return found
+    return None
 
 
 # ---- NCCL's network lines ---------------------------------------------------------------------------------
