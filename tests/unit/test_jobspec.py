@@ -61,6 +61,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
            "DT_WORKER_TEMPLATE": str(template), "DT_CHIEF_TEMPLATE": "", "DT_CPU_PER_GPU": "500m",
            "DT_MEMORY_PER_GPU": "16Gi", "DT_SHM_SIZE": "0", "DT_ALLOW_EGRESS": "10.1.2.3/16,0.0.0.0/0",
            "DT_RESTRICT_EGRESS": "yes", "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5",
+           "DT_PREFLIGHT_ATTEMPTS": "3",
            "DT_MIN_GPUS": "", "DT_MAX_GPUS": "", "DT_RESTARTS": "2", "DT_REPLACE_TIMEOUT": "5m",
            "DT_GROW_INTERVAL": "10s", "DT_HANG_TIMEOUT": "90s", "DT_ON_HANG": "restart"}
     s = JobSpec.from_sources({}, env)
@@ -85,7 +86,7 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         worker_template=s.worker_template,
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
         shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), restrict_egress=True, preflight=True,
-        min_busbw=12.5, restarts=2, replace_timeout=300.0, grow_interval=10.0, hang_timeout=90.0,
+        min_busbw=12.5, preflight_attempts=3, restarts=2, replace_timeout=300.0, grow_interval=10.0, hang_timeout=90.0,
         on_hang="restart")
     assert s.recovery == "restart" and s.hang_action == "restart"
     # every field has its variable, named DT_<FIELD>

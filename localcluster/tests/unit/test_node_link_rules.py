@@ -73,6 +73,21 @@ def test_a_node_link_needs_the_process_runtime_and_network_namespaces() -> None:
         ClusterNetwork(mode="loopback", node_link=parse_node_link("1gbit"))
 
 
+
+def test_one_nodes_own_link_overrides_every_nodes_link() -> None:
+    with pytest.raises(InvalidInput, match="node links need the process runtime"):
+        runtime_options(ClusterSpec(runtime="sim", node_links={"node-2": "84mbit"}))
+    with pytest.raises(InvalidInput, match="node links need the netns network mode"):
+        ClusterNetwork(mode="loopback", node_links={"node-2": parse_node_link("84mbit")})
+    network = ClusterNetwork(mode="netns", node_link=parse_node_link("1gbit"),
+                             node_links={"node-2": parse_node_link("84mbit")})
+    network.nodes.update({"node-1": 1, "node-2": 2})
+    assert (network._link_of(1), network._link_of(2)) == (NodeLink(10**9), NodeLink(84 * 10**6))
+    alone = ClusterNetwork(mode="netns", node_links={"node-2": parse_node_link("84mbit")})
+    alone.nodes.update({"node-1": 1, "node-2": 2})
+    assert (alone._link_of(1), alone._link_of(2)) == (None, NodeLink(84 * 10**6))
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--node-link", "fast"], "error: --node-link 'fast': expected RATE[,DELAY]"),
     (["--node-link", "1gbit"], "error: --node-link 1gbit: node links need --runtime process"),

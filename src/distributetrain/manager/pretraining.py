@@ -27,6 +27,7 @@ from distributetrain.errors import (
     CannotPlace,
     DeadlineExceeded,
     InvalidInput,
+    PreflightFailed,
     ScheduleTimeout,
     StartFailed,
 )
@@ -35,7 +36,7 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager import capacity, cleanup, groupstart, manifests, placing, sshkeys
 from distributetrain.manager.startup import Outcome, StartWatch
-from distributetrain.observe import joblog
+from distributetrain.observe import chieflog, joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.placement import checks, fit, planner
 from distributetrain.placement.inventory import NodeGpus
@@ -45,6 +46,10 @@ from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 # the label the Job controller puts on its pods (the Job's uid)
 JOB_UID_LABEL = "batch.kubernetes.io/controller-uid"
 GPU_WAIT_MAX_INTERVAL = 30.0
+# after the workers' sshd (--ssh-timeout), how long the chief's pre-flight may take to say its verdict: its
+# own bound (the launcher's --preflight-timeout, 120 s) and the grace to stop it
+PREFLIGHT_WAIT = 180.0
+PREFLIGHT_POLL = 1.0  # how often the chief's log is read for the verdict meanwhile
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class PreTraining:
         self.claim: dict[str, Any] | None = None  # the --volume-claim, read before anything is created
         # the namespace's LimitRanges, quotas, Pod Security level and UID range, read before the first plan
         self.policies: NamespacePolicies | None = None
+        self.excluded: set[str] = set()  # nodes the chief's pre-flight blamed: no plan of this run uses them
 
     def run(self) -> StartedJob:
         """The phase: adopt, or plan and create the gang and the chief; return what runs."""
@@ -114,6 +120,7 @@ class PreTraining:
         assert plan is not None
         timings: dict[str, float] = {}
         attempt = 0
+        checks = 0  # pre-flight checks that failed, each followed by a re-plan without the nodes blamed
         while True:
             names = []
             for index, entry in enumerate(plan.workers):
@@ -161,7 +168,15 @@ class PreTraining:
                         f"{timings['chief_started'] - timings['chief_created']:.2f}s after its creation; "
                         "its launcher checks every worker's sshd, then starts horovodrun")
                     self.reporter.chief_started(pods[created[-1]])
-                    break
+                    if not self.checks_preflight:
+                        break
+                    verdict = self._await_preflight(created[-1])
+                    if verdict is None or verdict.passed:
+                        timings["preflight_ended"] = self.clock() - self._started
+                        break
+                    checks += 1
+                    plan = self._exclude(verdict, created, checks=checks, attempt=attempt)
+                    continue
             self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
                               "so no GPU stays held")
             self.reporter.gang_failed(failure, created)
@@ -176,14 +191,78 @@ class PreTraining:
             self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
             self._sleep(pause)
             attempt += 1
-            plan = self.plan(attempt=attempt)
-            if spec.disruption_budget:  # the gang may have another number of pods now
-                self.kube.patch("poddisruptionbudgets", spec.namespace,
-                                naming.disruption_budget_name(spec.job_name),
-                                {"spec": {"minAvailable": len(plan.allocation)}})
+            plan = self._replanned(self.plan(attempt=attempt + checks))
         chief_name = created[-1]
         return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
                         chief=chief_name, attempts=attempt + 1, timings=timings)
+
+    @property
+    def checks_preflight(self) -> bool:
+        """The chief runs the pre-flight check: the gang counts as started once it passed."""
+        return self.spec.preflight or self.spec.min_busbw is not None
+
+    def _replanned(self, plan: planner.Plan) -> planner.Plan:
+        if self.spec.disruption_budget:  # the gang may have another number of pods now
+            self.kube.patch("poddisruptionbudgets", self.spec.namespace,
+                            naming.disruption_budget_name(self.spec.job_name),
+                            {"spec": {"minAvailable": len(plan.allocation)}})
+        return plan
+
+    def _await_preflight(self, chief: str) -> chieflog.PreflightVerdict | None:
+        """The chief's pre-flight verdict, read from its log while it runs (the launcher checks the workers'
+        sshd, then runs the check, each bounded); None when the chief ended without one (PostTraining
+        reports how) or said none within the bound (PostTraining watches on)."""
+        spec = self.spec
+        until = self._bounded_deadline(self.clock() + spec.ssh_timeout + PREFLIGHT_WAIT)
+        watched = Watched(self.kube, "pods", spec.namespace,
+                          f"{naming.job_selector(spec.job_name)},{naming.ROLE_LABEL}={naming.ROLE_CHIEF}")
+        while True:
+            for pods in watched.changes(deadline=min(until, self.clock() + PREFLIGHT_POLL)):
+                if chief not in pods or podstatus.is_terminated(pods[chief]):
+                    break
+            pod = watched.objects.get(chief)
+            text = self.kube.read_log(spec.namespace, chief, naming.CHIEF_CONTAINER) if pod else b""
+            verdict = chieflog.read_preflight(text.splitlines())
+            if verdict is not None and not verdict.passed:
+                # this chief is deleted next: its log, the check's lines, goes into the manager's own
+                for line in text.splitlines():
+                    self.reporter.chief_line(line)
+            if verdict is not None or pod is None or podstatus.is_terminated(pod):
+                return verdict
+            if self.clock() >= until:
+                self.reporter.say(f"the chief {chief} said no pre-flight verdict within "
+                                  f"{spec.ssh_timeout + PREFLIGHT_WAIT:g}s; supervising the job as it is")
+                return None
+
+    def _exclude(self, verdict: chieflog.PreflightVerdict, created: list[str], *, checks: int,
+                 attempt: int) -> planner.Plan:
+        """After a failed pre-flight: exclude the nodes it blamed, delete the gang and plan again without
+        them; or, with no node to exclude, no check left or no plan left, PreflightFailed (exit 76; the
+        caller's guard deletes what is left)."""
+        spec = self.spec
+        blamed = verdict.blame.nodes
+        self.excluded.update(blamed)
+        excluded = ", ".join(sorted(self.excluded)) or "none"
+        job = f"job {spec.job_name}"
+        if not blamed:
+            raise PreflightFailed(f"{job}: {verdict.why}; the check named no node to exclude, so a re-plan "
+                                  "would not help (see the chief's log above); nothing was kept")
+        if checks >= spec.preflight_attempts:
+            raise PreflightFailed(
+                f"{job}: the pre-flight check failed {checks} time(s), excluding node(s) {excluded}; the "
+                f"last: {verdict.why}. Check the network of those nodes (or cordon them), lower --min-busbw "
+                "if every link is that slow, or raise --preflight-attempts; nothing was kept")
+        self.reporter.preflight_excluded(
+            f"the pre-flight check blamed node(s) {', '.join(blamed)}: {verdict.why}; deleting the gang and "
+            f"re-planning without node(s) {excluded} (check {checks + 1} of at most "
+            f"{spec.preflight_attempts} next)", blamed, created)
+        self._delete_gang(created)
+        try:
+            return self._replanned(self.plan(attempt=attempt + checks))
+        except CannotPlace as err:
+            raise PreflightFailed(
+                f"{job}: no plan is left without the node(s) the pre-flight check excluded ({excluded}): "
+                f"{err}. Fix the network of those nodes, lower --min-busbw, or ask for fewer GPUs") from err
 
     def _plan_or_gang(self) -> tuple[planner.Plan | None, capacity.GangPlan | None]:
         """The default flow's plan; or, for a Kueue queue or a node pool that scales up (capacity.py), a
@@ -251,7 +330,7 @@ class PreTraining:
                 shown = table
             try:
                 plan = fit.place(rows, spec.gpus, policy=spec.placement_policy,
-                                 topology_key=spec.topology_key,
+                                 topology_key=spec.topology_key, avoid=self.excluded,
                                  one_pod_fabric=spec.recovery == naming.RECOVERY_ELASTIC)
                 fit.check_namespace(self.gang(plan), self.policies, network_policy=spec.network_policy)
             except CannotPlace as err:

@@ -75,12 +75,31 @@ def parse_preflight_blamed(line: bytes) -> PreflightBlame | None:
     return PreflightBlame(nodes, pods)
 
 
-def find_preflight_blamed(lines: Iterable[bytes]) -> PreflightBlame | None:
-    """The last pre-flight blame in the chief's lines, if any."""
-    for line in reversed(list(lines)):
+# the launcher's last line when its pre-flight failed (PreflightFailed's message, logged at ERROR)
+_PREFLIGHT_FAILED = re.compile(rb" ERROR (.*; the training was not started)\s*$")
+
+
+@dataclass(frozen=True)
+class PreflightVerdict:
+    """What the chief's pre-flight decided: passed, or failed `why`, blaming `blame`'s nodes and pods."""
+
+    passed: bool
+    why: str = ""
+    blame: PreflightBlame = PreflightBlame((), ())
+
+
+def read_preflight(lines: Iterable[bytes]) -> PreflightVerdict | None:
+    """The pre-flight's verdict in the chief's log so far; None while it has not said one."""
+    blame = PreflightBlame((), ())
+    for line in lines:
+        if PREFLIGHT_PASSED.encode() in line:
+            return PreflightVerdict(passed=True)
         found = parse_preflight_blamed(line)
         if found is not None:
-            return found
+            blame = found
+        failed = _PREFLIGHT_FAILED.search(line)
+        if failed is not None:
+            return PreflightVerdict(False, failed[1].decode("utf-8", "replace"), blame)
     return None
 
 

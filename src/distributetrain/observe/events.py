@@ -25,6 +25,7 @@ MESSAGE_MAX = 1024  # what events.k8s.io/v1 allows a note; core/v1 readers cut l
 PLANNED = "Planned"
 REPLANNED = "Replanned"
 GANG_FAILED = "GangNotStarted"
+PREFLIGHT_EXCLUDED = "PreflightExcludedNode"
 WORKER_CREATED = "WorkerCreated"
 WORKER_READY = "WorkerReady"
 HOSTFILE_WRITTEN = "HostfileWritten"

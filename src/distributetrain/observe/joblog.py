@@ -73,6 +73,11 @@ class Reporter:
     def gang_failed(self, why: str, names: Sequence[str]) -> None:
         """The gang did not start; its pods `names` are being deleted before a re-plan (or the end)."""
 
+    def preflight_excluded(self, why: str, nodes: Sequence[str], names: Sequence[str]) -> None:
+        """The chief's pre-flight blamed `nodes`: they are excluded, the pods `names` deleted before a
+        re-plan without them (or the end)."""
+        self.say(why)
+
     def restarted(self, why: str) -> None:
         """The training was restarted (counted in the metrics)."""
 

@@ -150,6 +150,16 @@ class Observer(joblog.Reporter):
         self._publish(urgent=True)
 
     @_never_raises
+    def preflight_excluded(self, why: str, nodes: Sequence[str], names: Sequence[str]) -> None:
+        super().preflight_excluded(why, nodes, names)
+        self._why = f"its pre-flight check blamed node(s) {', '.join(nodes)}"
+        with self._state_lock:
+            self.state = jobstate.without_pods(self.state, names)
+            self.state = jobstate.enter(self.state, jobstate.PLANNING, self._clock())
+        self._job_event(events.PREFLIGHT_EXCLUDED, why, type=events.WARNING)
+        self._publish(urgent=True)
+
+    @_never_raises
     def restarted(self, why: str) -> None:
         with self._state_lock:
             self.state = jobstate.replace(self.state, restarts=self.state.restarts + 1)

@@ -332,6 +332,14 @@ class JobSpec:
              "turns the pre-flight on.",
         doc="With the pre-flight check (which this turns on): the bus bandwidth, in GB/s, its all-reduce "
             "must reach at its largest size, else the job fails naming the slowest pod."))
+    preflight_attempts: int = field(default=2, metadata=describe(
+        parse_int_range(1, 10), "N",
+        help="How many times the pre-flight may run: a node it blames is excluded and the job re-planned "
+             "without it, until N checks ran (1: no re-plan, exit 76 at once).",
+        doc="With the pre-flight check: how many times it may run. When it blames nodes (a link below "
+            "min_busbw, a pod that never started its ranks or hung), the manager deletes the placed pods, "
+            "excludes those nodes and places the job again, until N checks ran; then, or when no plan is "
+            "left without the excluded nodes, exit 76 naming them."))
     allow_egress: tuple[str, ...] = field(default=(), metadata=describe(
         parse_cidrs, "CIDR[:PORT[/PROTO]]", multiple=True,
         help="With restricted egress: where job pods may connect besides each other and DNS (a CIDR, "

@@ -48,6 +48,8 @@ class ClusterSpec:
     # each node's link to the other nodes, "RATE[,DELAY]" like "1gbit" (process runtime, netns mode only;
     # runtime/nodelink.py); empty: pods of different nodes talk as fast as pods of one node
     node_link: str = ""
+    # the links of the nodes named, instead of node_link: {"node-2": "84mbit"} (one node's slow NIC)
+    node_links: dict[str, str] = field(default_factory=dict)
     # OpenShift's restricted-v2 SCC admission in every namespace annotated openshift.io/sa.scc.uid-range
     # (doubles/openshift.py): UIDs assigned from the range, others refused with the SCC's message
     openshift: bool = False
@@ -211,4 +213,9 @@ def runtime_options(spec: ClusterSpec) -> dict[str, Any]:
             raise InvalidInput(f"--node-link {spec.node_link}: node links need the process runtime "
                                "(--runtime process); simulated pods send no traffic")
         options["node_link"] = spec.node_link
+    if spec.node_links:
+        if spec.runtime != "process":
+            raise InvalidInput(f"node links {spec.node_links}: node links need the process runtime "
+                               "(--runtime process); simulated pods send no traffic")
+        options["node_links"] = dict(spec.node_links)
     return options

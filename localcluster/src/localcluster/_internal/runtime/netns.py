@@ -29,6 +29,7 @@ import random
 import secrets
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,15 +190,20 @@ class PodNetwork:
 
 
 class ClusterNetwork:
-    def __init__(self, *, mode: str, user_namespace: bool = False, node_link: NodeLink | None = None) -> None:
+    def __init__(self, *, mode: str, user_namespace: bool = False, node_link: NodeLink | None = None,
+                 node_links: Mapping[str, NodeLink] | None = None) -> None:
+        """`node_link`: every node's link; `node_links`: the link of the nodes named, instead (one slow
+        NIC)."""
         if mode not in ("netns", "loopback"):
             raise InvalidInput(f"network mode {mode!r}: use netns (root) or loopback")
-        if node_link is not None and mode != "netns":
-            raise InvalidInput(f"--node-link {node_link}: node links need the netns network mode (root): in "
+        shaped = node_link or next(iter((node_links or {}).values()), None)
+        if shaped is not None and mode != "netns":
+            raise InvalidInput(f"--node-link {shaped}: node links need the netns network mode (root): in "
                                "loopback mode every pod shares the host's network and there is no link to "
                                "shape; run as root, or leave --node-link out")
         self.mode = mode
         self.node_link = node_link
+        self.node_links = dict(node_links or {})
         # without root, the pod's namespaces belong to a user namespace of its own, where we are "root"
         self.user_namespace = user_namespace
         self.cluster_id = secrets.token_hex(4)
@@ -233,10 +239,17 @@ class ClusterNetwork:
                 f"link set dev {self.bridge} alias \"{alias}\"\n"
                 f"addr add {self.api_host}/16 dev {self.bridge}\n"
                 f"link set dev {self.bridge} up\n").encode())
-        if self.node_link is not None and self.node_link.delay_s:
-            await self._check_delay()
+        delayed = next((link for link in [self.node_link, *self.node_links.values()]
+                        if link is not None and link.delay_s), None)
+        if delayed is not None:
+            await self._check_delay(delayed)
 
-    async def _check_delay(self) -> None:
+    def _link_of(self, index: int) -> NodeLink | None:
+        """Node `index`'s link: its own (node_links), else every node's."""
+        name = next((node for node, at in self.nodes.items() if at == index), "")
+        return self.node_links.get(name, self.node_link)
+
+    async def _check_delay(self, link: NodeLink) -> None:
         try:
             await run("tc", "-batch", "-", stdin=probe_delay_batch(self.bridge).encode())
         except NetworkError as error:
@@ -244,9 +257,9 @@ class ClusterNetwork:
             said = next((line.partition("Error:")[2].strip() for line in str(error).splitlines()
                          if "Error:" in line), "it could not add one")
             raise InvalidInput(
-                f"--node-link {self.node_link}: a delay needs the netem qdisc, which this kernel does not "
+                f"--node-link {link}: a delay needs the netem qdisc, which this kernel does not "
                 f"have (tc: {said}); give the rate alone, e.g. --node-link "
-                f"{str(self.node_link).partition(',')[0]}") from None
+                f"{str(link).partition(',')[0]}") from None
 
     def host_ip(self, node: str, *, pod_cidr: str = "") -> str:
         """The node's address; the first call for a node numbers it (after its podCIDR when given)."""
@@ -278,9 +291,10 @@ class ClusterNetwork:
                     f"link add {near} type veth peer name {far}\n"
                     f"link set dev {near} master {bridge}\nlink set dev {far} master {self.bridge}\n"
                     f"link set dev {near} up\nlink set dev {far} up\nlink set dev {bridge} up\n").encode())
-                if self.node_link is not None:
-                    await run("tc", "-batch", "-", stdin=(shaping_batch(near, self.node_link)
-                                                         + shaping_batch(far, self.node_link)).encode())
+                link = self._link_of(index)
+                if link is not None:
+                    await run("tc", "-batch", "-", stdin=(shaping_batch(near, link)
+                                                         + shaping_batch(far, link)).encode())
             self._node_pods[index] += 1
             pod.node = index
             return self._node_bridges[index]

@@ -18,7 +18,7 @@ import random
 import shutil
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +62,21 @@ class ProcessRuntime:
     (a 127.x address per pod, shared network), or "auto" (netns when root). Containers get mount and PID
     namespaces (volumes at their mountPath, a private root) as root, or inside a user namespace without root
     where the kernel allows it; otherwise they are plain host processes. `node_link` ("1gbit", "1gbit,0.2ms";
-    netns only): the rate (and delay) of each node's link to the others (runtime/nodelink.py)."""
+    netns only): the rate (and delay) of each node's link to the others (runtime/nodelink.py); `node_links`
+    ({"node-2": "84mbit"}): the named nodes' own links instead (one slow NIC)."""
 
     def __init__(self, *, network: str = "auto", images: ImageMap | None = None,
                  venv_bin: str | None = None, restart_backoff: float = 1.0, max_backoff: float = 30.0,
                  shutdown_grace: float = 2.0, network_policy: bool = True,
                  memory_limits: bool = True, volume_refresh: float = VOLUME_REFRESH,
-                 node_link: str = "", pulls: PullSettings | None = None) -> None:
+                 node_link: str = "", node_links: Mapping[str, str] | None = None,
+                 pulls: PullSettings | None = None) -> None:
         root = os.geteuid() == 0
         self.user_namespace = not root and can_use_userns()
         self.network = ClusterNetwork(mode=network if network != "auto" else (
             "netns" if can_use_netns() else "loopback"), user_namespace=self.user_namespace,
-            node_link=parse_node_link(node_link) if node_link else None)
+            node_link=parse_node_link(node_link) if node_link else None,
+            node_links={node: parse_node_link(link) for node, link in (node_links or {}).items()})
         self.isolate = root or self.user_namespace
         self.enforcement = Enforcement(network=self.network, pods=lambda: self.pods.values(),
                                        network_policy=network_policy, memory_limits=memory_limits,
