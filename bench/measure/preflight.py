@@ -29,12 +29,14 @@ _SIZE = re.compile(r"INFO pre-flight (\d+ [KMG]iB) over (\d+) ranks \((\w+)\): (
                    r"algbw ([0-9.e+-]+) GB/s, busbw ([0-9.e+-]+) GB/s$")
 _PAIRS = re.compile(r"INFO pre-flight pods to the chief at (\d+ [KMG]iB): (.*); slowest (\S+)$")
 _TOOK = re.compile(r"INFO pre-flight took ([0-9.]+)s$")
+_PHASES = re.compile(r"INFO pre-flight phases: (.*)$")
+_PHASE = re.compile(r"(?:^|, )(.+?) \+([0-9.]+)s(?=, |$)")
 _FIRST_STEP = re.compile(r"first_step_unix=(\d+(?:\.\d+)?)")
 
 
 def read_log(log: str) -> dict[str, Any]:
     """The check's lines in the manager's log (the chief's, copied): sizes, pod links, its duration."""
-    sizes, pairs, took = [], [], None
+    sizes, pairs, took, phases = [], [], None, {}
     for line in log.splitlines():
         if m := _SIZE.search(line):
             sizes.append({"size": m[1], "ranks": int(m[2]), "backend": m[3], "ms": float(m[4]),
@@ -45,7 +47,9 @@ def read_log(log: str) -> dict[str, Any]:
                 pairs.append({"pod": host, "size": m[1], "busbw_gbps": float(value)})
         elif m := _TOOK.search(line):
             took = float(m[1])
-    return {"sizes": sizes, "pairs": pairs, "took_s": took}
+        elif m := _PHASES.search(line):
+            phases = {p[1]: float(p[2]) for p in _PHASE.finditer(m[1])}
+    return {"sizes": sizes, "pairs": pairs, "took_s": took, "phases_s": phases}
 
 
 def run_once(*, epochs: int = 1) -> dict[str, Any]:

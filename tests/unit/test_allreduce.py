@@ -120,7 +120,7 @@ def test_where_the_time_went_from_the_ranks_stamps() -> None:
             "init=105.0\n", "[1]<stdout>:dt-preflight ready rank=1 host=p1 backend=Gloo start=102.0 "
             "imported=106.5 init=107.0\n", "[0]<stdout>:dt-preflight done at=109.0\n"]
     assert allreduce.phases(allreduce.read(text), launched=100.0) == (
-        "pre-flight phases: every rank's process running (horovodrun, ssh, Python) +2.0s, TensorFlow and "
+        "pre-flight phases: every rank's process running (horovodrun, ssh and Python) +2.0s, TensorFlow and "
         "Horovod imported +4.5s, Horovod initialised +0.5s, the all-reduces done +2.0s")
     assert allreduce.phases(allreduce.read(lines()), launched=100.0) == ""
 

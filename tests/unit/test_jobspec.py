@@ -86,7 +86,8 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         worker_template=s.worker_template,
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
         shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), restrict_egress=True, preflight=True,
-        min_busbw=12.5, preflight_attempts=3, restarts=2, replace_timeout=300.0, grow_interval=10.0, hang_timeout=90.0,
+        min_busbw=12.5, preflight_attempts=3, restarts=2, replace_timeout=300.0, grow_interval=10.0,
+        hang_timeout=90.0,
         on_hang="restart")
     assert s.recovery == "restart" and s.hang_action == "restart"
     # every field has its variable, named DT_<FIELD>

@@ -293,7 +293,7 @@ def phases(report: Report, *, launched: float) -> str:
         return ""
     last = [max(getattr(s, name) for s in report.stamps.values())
             for name in ("start", "imported", "initialised")]
-    marks = [("every rank's process running (horovodrun, ssh, Python)", last[0]),
+    marks = [("every rank's process running (horovodrun, ssh and Python)", last[0]),
              ("TensorFlow and Horovod imported", last[1]), ("Horovod initialised", last[2])]
     if report.done_at is not None:
         marks.append(("the all-reduces done", report.done_at))
