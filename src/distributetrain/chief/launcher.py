@@ -333,8 +333,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
                 horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
                 network_interface=interface, start_timeout=settings.start_timeout,
-                command=preflight.command(hosts, sizes=settings.preflight_sizes, iterations=5,
-                                          min_busbw=settings.min_busbw))
+                command=preflight.command(hosts, sizes=settings.preflight_sizes, min_busbw=settings.min_busbw,
+                                          kind=preflight.form(fabric=settings.fabric,
+                                                              transport=settings.transport)))
             nodes = read_nodes(settings.hostfile.parent / naming.NODES_KEY)
             if settings.node_name:
                 nodes[settings.pod_ip] = settings.node_name

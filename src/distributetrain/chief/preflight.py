@@ -29,13 +29,26 @@ KILL_GRACE = 10.0
 NCCL_LOG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
-def command(hosts: Sequence[HostSlots], *, sizes: str, iterations: int,
+# the check's two forms: TCP ring all-reduces with numpy (tcpcheck.py, the default: its ranks start in about a
+# second), or Horovod's own all-reduces with TensorFlow (allreduce.py: what proves NCCL's fabric, and what an
+# MPI launch runs, which has no rendezvous store for tcpcheck's ranks to meet at)
+TCP, HOROVOD = "tcp", "horovod"
+_MODULES = {TCP: "distributetrain.chief.tcpcheck", HOROVOD: "distributetrain.chief.allreduce"}
+_ITERATIONS = {TCP: 2, HOROVOD: 5}  # each after a warm-up; TCP: as cheap as a measure stays
+
+
+def form(*, fabric: str | None, transport: str) -> str:
+    """Which check runs: Horovod's when NCCL must be proven on a fabric or horovodrun launches with MPI,
+    the TCP one otherwise (Gloo's transport, and the pod network NCCL's sockets would cross)."""
+    return HOROVOD if fabric or transport != "gloo" else TCP
+
+
+def command(hosts: Sequence[HostSlots], *, sizes: str, kind: str = HOROVOD,
             min_busbw: float | None = None) -> list[str]:
-    """What every rank runs: this Python (the same path in every pod of the image) and allreduce.py."""
+    """What every rank runs: this Python (the same path in every pod of the image) and the check's module."""
     floor = [] if min_busbw is None else ["--min-busbw", f"{min_busbw:g}"]
-    return [sys.executable, "-m", "distributetrain.chief.allreduce", "--hosts",
-            ",".join(f"{h.host}:{h.slots}" for h in hosts), "--sizes", sizes, "--iterations", str(iterations),
-            *floor]
+    return [sys.executable, "-m", _MODULES[kind], "--hosts", ",".join(f"{h.host}:{h.slots}" for h in hosts),
+            "--sizes", sizes, "--iterations", str(_ITERATIONS[kind]), *floor]
 
 
 def run(argv: Sequence[str], env: Mapping[str, str], *, hosts: Sequence[HostSlots], ranks: int,
