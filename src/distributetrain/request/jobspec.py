@@ -321,11 +321,14 @@ class JobSpec:
             "than a container's 64 MiB); counted in the pod's memory; 0: no such volume."))
     preflight: bool = field(default=False, metadata=describe(
         parse_bool,
-        help="Before training, a short all-reduce over every rank: fails fast (exit 76) naming a pod that is "
-             "unreachable or hangs.",
-        doc="Before the training, the chief runs a short Horovod all-reduce sweep over every rank and fails "
-            "fast (exit 76) naming a pod that is unreachable or hangs (docs/images.md). Off by default: it "
-            "starts Horovod and TensorFlow once more, seconds to tens of seconds (docs/benchmarks.md)."))
+        help="Before training, a short all-reduce over every rank: a node it blames (unreachable, hung, "
+             "below --min-busbw) is excluded and the job re-planned, else exit 76. Off by default: a few "
+             "seconds per start (docs/manager.md, \"The pre-flight\").",
+        doc="Before the training, the chief runs a short all-reduce check over every rank (TCP ring "
+            "all-reduces without TensorFlow; Horovod's own, NCCL's, with a fabric: docs/images.md). A node "
+            "it blames (a pod unreachable, hung, off the fabric, below min_busbw) is excluded and the job "
+            "re-planned (preflight_attempts), else exit 76. Off by default: it adds a few seconds to every "
+            "start (docs/manager.md, \"The pre-flight\", has the measurements and the decision)."))
     min_busbw: float | None = field(default=None, metadata=describe(
         parse_gbps, "GBPS",
         help="The pre-flight's bus bandwidth must reach this (GB/s), else exit 76 naming the slowest pod; "
