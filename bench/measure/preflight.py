@@ -2,10 +2,11 @@
 the bandwidth it measures, on the local cluster.
 
 `make demo`'s flow (nodes of 5, 3 and 2 GPUs, pods as processes: needs root) with the manager manifest's
-request plus `DT_PREFLIGHT=true` and a one-epoch training: the chief's launcher runs the check (allreduce.py
-on all 6 ranks over ssh, Gloo on the CPU) before Train.py, and logs per size the time, algorithm and bus
-bandwidth, each pod's link to the chief, and what the whole check took; this bench reads those lines from
-the manager's log. That time decides the default of `--preflight` (on only if it costs a few seconds).
+request plus `DT_PREFLIGHT=true` and a one-epoch training: the chief's launcher runs the check (its default
+form, tcpcheck.py's TCP ring all-reduces, on all 6 ranks over ssh) before Train.py, and logs per size the
+time, algorithm and bus bandwidth, each pod's link to the chief, where the time went (its phases) and what
+the whole check took; this bench reads those lines from the manager's log. That time informs the default of
+`--preflight` (docs/manager.md, "The pre-flight").
 `main(quick)` is what bench/run.py calls; quick mode skips it.
 """
 
@@ -72,7 +73,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     first = [r["first_step_s"] for r in runs if r["first_step_s"] is not None]
     best = min(runs, key=lambda r: abs(r["took_s"] - median))
     lines = [f"The pre-flight all-reduce check of a 6-GPU job on the local cluster (nodes of 5, 3 and 2 "
-             f"GPUs, pods as processes, ranks on the CPU with Gloo), {len(runs)} run(s). It took "
+             f"GPUs, pods as processes, ranks on the CPU), {len(runs)} run(s). It took "
              + ", ".join(f"{t:.1f}" for t in took) + " s (from the launcher starting it to its verdict); the "
              "job's first training step came " + ", ".join(f"{f:.1f}" for f in first) + " s after `kubectl "
              "apply`, the check included.", "",
@@ -86,9 +87,11 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     sweep = sum(s["ms"] for s in best["sizes"]) / 1000
     verdict = ("under: this measurement would allow it on" if median < FEW_SECONDS
                else "over: off by default is right")
+    phases = ", ".join(f"{name} +{seconds:.1f} s" for name, seconds in best["phases_s"].items())
     lines += ["", f"Median {median:.1f} s, against the {FEW_SECONDS:g} s a check on by default may cost: "
-              f"{verdict}. One all-reduce of each size adds up to {sweep:.2f} s; the rest is starting "
-              "Horovod and TensorFlow on every rank once more, the iterations and the pods' links."]
+              f"{verdict}. Where the run closest to it spent its time, each milestone when the last rank "
+              f"reached it: {phases or 'not said (an older launcher)'}; one all-reduce of each size adds up "
+              f"to {sweep:.2f} s of it."]
     return "\n".join(lines)
 
 

@@ -128,3 +128,21 @@ def test_ib_where_efa_was_asked_and_efa_where_ib_was() -> None:
     efa_for_ib = chieflog.fabric_mismatch(one(EFA_P5EN, "8h200-2"), "ib")
     assert "where the fabric efa was asked" in str(ib_for_efa)
     assert "where the fabric ib was asked (NET/IB)" in str(efa_for_ib)
+
+
+def test_the_preflights_verdict_as_the_manager_reads_it_from_the_chiefs_log() -> None:
+    stamp = b"launcher 2026-11-26 12:00:00,000"
+    running = [stamp + b" INFO pre-flight all-reduce check over 3 ranks (at most 120s)"]
+    assert chieflog.read_preflight(running) is None  # not decided yet
+    passed = [*running, stamp + b" INFO " + chieflog.PREFLIGHT_PASSED.encode(), b"epoch 1 loss 0.9"]
+    assert chieflog.read_preflight(passed) == chieflog.PreflightVerdict(passed=True)
+    blamed = chieflog.preflight_blamed(chieflog.PreflightBlame(("node-2",), ("10.244.2.2",))).encode()
+    failed = [*running, stamp + b" ERROR " + blamed,
+              stamp + b" ERROR the pre-flight all-reduce hung: 1 pod(s) never started their ranks: "
+                      b"10.244.2.2 (node node-2); the training was not started"]
+    assert chieflog.read_preflight(failed) == chieflog.PreflightVerdict(
+        False, "the pre-flight all-reduce hung: 1 pod(s) never started their ranks: 10.244.2.2 (node node-2)",
+        chieflog.PreflightBlame(("node-2",), ("10.244.2.2",)))
+    # a failure that blamed nobody: no node to exclude
+    unblamed = chieflog.read_preflight([*running, failed[-1]])
+    assert unblamed is not None and unblamed.blame == chieflog.PreflightBlame((), ())

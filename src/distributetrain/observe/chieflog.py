@@ -76,7 +76,7 @@ def parse_preflight_blamed(line: bytes) -> PreflightBlame | None:
 
 
 # the launcher's last line when its pre-flight failed (PreflightFailed's message, logged at ERROR)
-_PREFLIGHT_FAILED = re.compile(rb" ERROR (.*; the training was not started)\s*$")
+_PREFLIGHT_FAILED = re.compile(rb" ERROR (.*); the training was not started\s*$")
 
 
 @dataclass(frozen=True)
