@@ -221,7 +221,11 @@ class PreTraining:
                 if chief not in pods or podstatus.is_terminated(pods[chief]):
                     break
             pod = watched.objects.get(chief)
-            text = self.kube.read_log(spec.namespace, chief, naming.CHIEF_CONTAINER) if pod else b""
+            try:
+                text = self.kube.read_log(spec.namespace, chief, naming.CHIEF_CONTAINER) if pod else b""
+            except ApiError as err:  # read again at the next look; the pod's own end still ends the wait
+                self.reporter.say(f"reading the chief's log for its pre-flight verdict: {err}")
+                text = b""
             verdict = chieflog.read_preflight(text.splitlines())
             if verdict is not None and not verdict.passed:
                 # this chief is deleted next: its log, the check's lines, goes into the manager's own
