@@ -82,7 +82,7 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     lines += [f"| {s['size']} | {s['ranks']} | {s['backend']} | {s['ms']:.1f} | {s['algbw_gbps']:.3g} | "
               f"{s['busbw_gbps']:.3g} |" for s in best["sizes"]]
     if best["pairs"]:
-        lines += ["", "Each pod's link to the chief (two ranks, the largest size): "
+        lines += ["", f"Each pod's link to the chief (two ranks, {best['pairs'][0]['size']}): "
                   + ", ".join(f"{p['pod']} {p['busbw_gbps']:.3g} GB/s" for p in best["pairs"]) + "."]
     sweep = sum(s["ms"] for s in best["sizes"]) / 1000
     verdict = ("under: this measurement would allow it on" if median < FEW_SECONDS

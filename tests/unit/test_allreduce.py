@@ -123,6 +123,10 @@ def test_where_the_time_went_from_the_ranks_stamps() -> None:
         "pre-flight phases: every rank's process running (horovodrun, ssh and Python) +2.0s, TensorFlow and "
         "Horovod imported +4.5s, Horovod initialised +0.5s, the all-reduces done +2.0s")
     assert allreduce.phases(allreduce.read(lines()), launched=100.0) == ""
+    tcp = [line.replace("backend=Gloo", "backend=TCP") for line in text]
+    assert allreduce.phases(allreduce.read(tcp), launched=100.0) == (
+        "pre-flight phases: every rank's process running (horovodrun, ssh and Python) +2.0s, numpy imported "
+        "+4.5s, the ranks met at the rendezvous +0.5s, the all-reduces done +2.0s")
 
 
 def test_a_pod_whose_ranks_never_started_is_named() -> None:

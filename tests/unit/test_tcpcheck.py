@@ -55,3 +55,9 @@ def test_the_tcp_form_unless_nccl_must_be_proven_or_mpi_launches() -> None:
                              kind=preflight.TCP, min_busbw=0.5)
     assert argv[1:] == ["-m", "distributetrain.chief.tcpcheck", "--hosts", "10.0.0.1:2,10.0.0.2:1",
                         "--sizes", "1M,16M", "--iterations", "2", "--min-busbw", "0.5"]
+
+
+def test_the_tcp_form_runs_one_rank_per_pod_the_horovod_form_every_rank() -> None:
+    hosts = [HostSlots("10.0.0.1", 3), HostSlots("10.0.0.2", 0), HostSlots("10.0.0.3", 8)]
+    assert preflight.ranks_of(hosts, preflight.TCP) == [HostSlots("10.0.0.1", 1), HostSlots("10.0.0.3", 1)]
+    assert preflight.ranks_of(hosts, preflight.HOROVOD) == hosts

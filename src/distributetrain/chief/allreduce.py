@@ -293,8 +293,10 @@ def phases(report: Report, *, launched: float) -> str:
         return ""
     last = [max(getattr(s, name) for s in report.stamps.values())
             for name in ("start", "imported", "initialised")]
+    tcp = report.backend == "TCP"  # tcpcheck.py: numpy, and horovodrun's rendezvous store
     marks = [("every rank's process running (horovodrun, ssh and Python)", last[0]),
-             ("TensorFlow and Horovod imported", last[1]), ("Horovod initialised", last[2])]
+             ("numpy imported" if tcp else "TensorFlow and Horovod imported", last[1]),
+             ("the ranks met at the rendezvous" if tcp else "Horovod initialised", last[2])]
     if report.done_at is not None:
         marks.append(("the all-reduces done", report.done_at))
     out, before = [], launched

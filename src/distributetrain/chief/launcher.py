@@ -328,18 +328,22 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         bindir = _ssh_wrapper(work, aliases=elastic is not None)
         child_env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', os.defpath)}"
         if settings.preflight:
-            log.info("%s", chieflog.hostfile(hosts))
+            kind = preflight.form(fabric=settings.fabric, transport=settings.transport)
+            checked = preflight.ranks_of(hosts, kind)
+            check_file = work / "preflight-hostfile"
+            check_file.write_text(render_hostfile(checked))
+            ranks = sum(h.slots for h in checked)
+            log.info("%s", chieflog.hostfile(checked))
             check = horovodrun_argv(
-                horovodrun=_horovodrun(env), num_proc=num_proc, hostfile=final, ssh_port=settings.ssh_port,
+                horovodrun=_horovodrun(env), num_proc=ranks, hostfile=check_file, ssh_port=settings.ssh_port,
                 identity_file=settings.identity_file, transport=settings.transport,
                 network_interface=interface, start_timeout=settings.start_timeout,
-                command=preflight.command(hosts, sizes=settings.preflight_sizes, min_busbw=settings.min_busbw,
-                                          kind=preflight.form(fabric=settings.fabric,
-                                                              transport=settings.transport)))
+                command=preflight.command(checked, sizes=settings.preflight_sizes, kind=kind,
+                                          min_busbw=settings.min_busbw))
             nodes = read_nodes(settings.hostfile.parent / naming.NODES_KEY)
             if settings.node_name:
                 nodes[settings.pod_ip] = settings.node_name
-            preflight.run(check, child_env, hosts=hosts, ranks=num_proc, min_busbw=settings.min_busbw,
+            preflight.run(check, child_env, hosts=checked, ranks=ranks, min_busbw=settings.min_busbw,
                           timeout=settings.preflight_timeout, fabric=settings.fabric, nodes=nodes)
         if elastic is not None:
             child_env[naming.ENV_ELASTIC] = "1"  # Train.py's elastic form

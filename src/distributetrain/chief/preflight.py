@@ -43,6 +43,13 @@ def form(*, fabric: str | None, transport: str) -> str:
     return HOROVOD if fabric or transport != "gloo" else TCP
 
 
+def ranks_of(hosts: Sequence[HostSlots], kind: str) -> list[HostSlots]:
+    """Where the check's ranks run: the TCP form measures links between pods, one rank per pod (its ranks'
+    start is most of its cost: one ssh and one Python per rank); the Horovod form runs every rank of the job,
+    so that each one's NCCL says the network it chose."""
+    return [HostSlots(h.host, 1) for h in hosts if h.slots] if kind == TCP else list(hosts)
+
+
 def command(hosts: Sequence[HostSlots], *, sizes: str, kind: str = HOROVOD,
             min_busbw: float | None = None) -> list[str]:
     """What every rank runs: this Python (the same path in every pod of the image) and the check's module."""

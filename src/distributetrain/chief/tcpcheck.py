@@ -1,11 +1,11 @@
 """The pre-flight check's cheap form: the same measures as allreduce.py (each pod's link to the chief as a
 pair, then every rank together), as ring all-reduces of float32 buffers over TCP between the ranks, with
-numpy alone: no TensorFlow, no Horovod in the ranks. On the local cluster its Horovod form spends 16 of its
-26 s starting six ranks that each import TensorFlow and Horovod (docs/benchmarks.md, `preflight`); this one
-starts them in about a second.
+numpy alone: no TensorFlow, no Horovod in the ranks. On the local cluster the Horovod form spends 16.5 of
+its 26 s starting six ranks that each import TensorFlow and Horovod (docs/manager.md, "The pre-flight").
 
-horovodrun starts it exactly as it starts the training (the same hostfile, ssh, interface), so every rank of
-the job takes part where the training's will run; the ranks meet at horovodrun's own rendezvous server, the
+horovodrun starts it as it starts the training (the same ssh, interface and pods), one rank per pod: it
+measures the links between pods, and each rank's start (one ssh, one Python) is most of what it costs
+(preflight.ranks_of). The ranks meet at horovodrun's own rendezvous server, the
 HTTP key-value store Gloo's ranks use (horovod/runner/http/http_server.py, Horovod 0.28.1: `PUT` and `GET`
 of `/SCOPE/KEY`, 404 until a key is there), whose address horovodrun gives every rank in
 HOROVOD_GLOO_RENDEZVOUS_ADDR and _PORT beside HOROVOD_RANK, HOROVOD_SIZE and HOROVOD_HOSTNAME (the rank's
