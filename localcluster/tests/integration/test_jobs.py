@@ -231,4 +231,5 @@ def test_the_jobs_pods_get_the_namespaces_limitrange_defaults_as_a_users_pod_doe
     assert resources.limits == {"cpu": "500m", "memory": "256Mi"}
     assert resources.requests == {"cpu": "500m", "memory": "256Mi"}
     assert pod.metadata.annotations["kubernetes.io/limit-ranger"] == (
-        "LimitRanger plugin set: cpu, memory request for container main; cpu, memory limit for container main")
+        "LimitRanger plugin set: cpu, memory request for container main; "
+        "cpu, memory limit for container main")
