@@ -42,3 +42,45 @@ def test_train_asks_for_no_xla_where_keras_would_compile_it_on_a_gpu() -> None:
     assert seen["train"] is False
     assert abs(seen["lr"] - 0.004) < 1e-9  # scaled by the number of processes
     assert seen["wrapped"].startswith("horovod")  # gradients are averaged over ranks
+
+
+TIMED = """
+import importlib.util, json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+spec = importlib.util.spec_from_file_location("train", sys.argv[1])
+train = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+hvd, np, tf = train.hvd, train.np, train.tf
+hvd.init()
+x, y = train.load_data(None)
+x, y = x[:320], y[:320]
+
+def fit(timed):
+    tf.keras.utils.set_random_seed(7)
+    model = train.build_model(x.shape[1], 10)
+    if timed:
+        model = train.time_compute(model)
+    model.compile(loss=train.LOSS, optimizer=train.distributed_optimizer(0.001, 1), metrics=train.METRICS)
+    seen = []
+    class Logs(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(sorted(logs))
+    model.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, callbacks=[Logs()])
+    return train.weights_sha256(model), seen
+
+plain, plain_logs = fit(False)
+timed, timed_logs = fit(True)
+print(json.dumps({"same": plain == timed, "plain": plain_logs[-1], "timed": timed_logs[-1]}))
+"""
+
+
+def test_the_timed_train_step_trains_as_keras_does_and_logs_its_compute_time() -> None:
+    # the step Train.py uses (time_compute) must compute what Keras's own does: the same weights after the
+    # same batches, its compute time a further log of every step
+    done = subprocess.run([sys.executable, "-c", TIMED, str(REPO / "base-image" / "Train.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["same"] is True
+    assert seen["plain"] == ["accuracy", "loss"]
+    assert seen["timed"] == ["accuracy", "compute_s", "loss"]
