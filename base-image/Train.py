@@ -40,12 +40,15 @@ A graceful notice - the kubelet's SIGTERM to a worker pod that is drained, preem
 down, which the worker's entrypoint passes on to its training processes - stops the training within
 NOTICE_CHECK_EVERY steps on every rank, after rank 0 saved a checkpoint of that very step
 (`checkpoint-EEE-sSSSSSSS.keras`): a relaunch (--restarts) resumes there and loses no step. The elastic form
-lets Horovod drop the leaving worker instead (the manager takes it out of the hostfile at once).
+lets Horovod drop the leaving worker instead (the manager takes it out of the hostfile at once): its ranks
+train on until Horovod's next look for host changes (HostUpdatesEvery), and the reset that drops them
+syncs the state as any other (synced_after_any_reset).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -55,12 +58,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the job log readable: no oneDNN/CPU banners
 
 import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
+from horovod.common.exceptions import HostsUpdatedInterrupt
 
 SEED = 1234
 # seconds between two heartbeats of a rank (DT_HEARTBEAT_SECONDS): a stopped rank is seen within this
@@ -302,6 +307,27 @@ class StopOnNotice(tf.keras.callbacks.Callback):
         raise StoppedOnNotice
 
 
+@contextlib.contextmanager
+def synced_after_any_reset() -> Iterator[None]:
+    """Elastic: every reset syncs the state from rank 0, a host removed as well as one added.
+
+    Horovod skips the sync when the hosts it was told of were only removed (horovod/common/elastic.py,
+    Horovod 0.28.1: `HostsUpdatedInterrupt(all_update == removed)`, and `run_fn` then skips `state.sync()`):
+    the survivors hold the state already. But the ring it forms next is made of the hosts the driver sees
+    at that moment (runner/elastic/driver.py, `_activate_workers` once every process re-registered), which
+    can include a host added since - a drained worker's replacement, Ready seconds after the eviction that
+    removed it, or the host a job below its --min-np waited for. The new host's processes begin with a
+    sync (broadcasts); survivors that skipped theirs go on to the training step's allreduce; each waits for
+    the other for ever, without an error (horovod#3494). Syncing after a removal too costs one broadcast of
+    the model, and keeps both sides doing the same collectives."""
+    try:
+        yield
+    except HostsUpdatedInterrupt as interrupt:
+        if not interrupt.skip_sync:
+            raise
+        raise HostsUpdatedInterrupt(skip_sync=False) from None
+
+
 class HostUpdatesEvery(tf.keras.callbacks.Callback):
     """Elastic: act on a host leaving within NOTICE_CHECK_EVERY steps rather than at the epoch's commit, so a
     drained worker is dropped while the kubelet's grace period lasts."""
@@ -498,9 +524,10 @@ def train_elastic(model: tf.keras.Model, args: argparse.Namespace, x_train: np.n
             print(f"elastic size={size} from_epoch={state.epoch}", flush=True)
         callbacks = [*callbacks_of(rank, args), CommitEachEpoch(state), HostUpdatesEvery(state)]
         try:
-            state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
-                            initial_epoch=state.epoch, validation_data=validation, verbose=0,
-                            callbacks=callbacks)
+            with synced_after_any_reset():
+                state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
+                                initial_epoch=state.epoch, validation_data=validation, verbose=0,
+                                callbacks=callbacks)
         finally:  # a reset raises out of fit: this rank number's heartbeat ends with it
             stop_heartbeats(callbacks)
 

@@ -19,9 +19,9 @@ RESULTS = Path(os.environ.get("DT_RELIABILITY_RESULTS", "/tmp/dt-reliability"))
 BEGIN = "<!-- fault-matrix:begin (tests/reliability/collate.py) -->"
 END = "<!-- fault-matrix:end -->"
 # the order rows appear in, by test module
-ORDER = ["test_pod_faults", "test_process_faults", "test_hangs", "test_recovery", "test_manager_faults",
-         "test_api_faults", "test_pull_and_drain_faults", "test_contention", "test_invalid_input",
-         "test_security"]
+ORDER = ["test_pod_faults", "test_process_faults", "test_hangs", "test_recovery", "test_drain_recovery",
+         "test_manager_faults", "test_api_faults", "test_pull_and_drain_faults", "test_contention",
+         "test_invalid_input", "test_security"]
 
 
 def _seconds(value: Any) -> str:

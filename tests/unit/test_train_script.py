@@ -84,3 +84,55 @@ def test_the_timed_train_step_trains_as_keras_does_and_logs_its_compute_time() -
     assert seen["same"] is True
     assert seen["plain"] == ["accuracy", "loss"]
     assert seen["timed"] == ["accuracy", "compute_s", "loss"]
+
+
+RESET_PROBE = """
+import importlib.util, json, os, sys
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.exceptions import HostsUpdatedInterrupt
+spec = importlib.util.spec_from_file_location("train", sys.argv[1])
+train = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(train)
+
+
+class Recorded(ObjectState):
+    syncs = 0
+
+    def __init__(self):
+        super().__init__(bcast_object=lambda value: value, get_rank=lambda: 0, epoch=0)
+
+    def sync(self):
+        Recorded.syncs += 1
+        super().sync()
+
+
+def syncs(guarded):
+    Recorded.syncs = 0
+    calls = []
+
+    def training(state):
+        calls.append(1)
+        if len(calls) == 1:  # the first run: Horovod tells of a host removed only
+            if guarded:
+                with train.synced_after_any_reset():
+                    raise HostsUpdatedInterrupt(skip_sync=True)
+            raise HostsUpdatedInterrupt(skip_sync=True)
+
+    run_fn(training, lambda: None)(Recorded())
+    return Recorded.syncs
+
+
+print(json.dumps({"horovod": syncs(False), "train": syncs(True)}))
+"""
+
+
+def test_an_elastic_reset_after_a_removed_host_syncs_the_state_as_a_new_host_does() -> None:
+    """Horovod's own run loop (run_fn) with a state that counts its syncs: a removal-only reset skips the
+    sync there, while the processes of a host added in the same reset begin with one (horovod#3494: each
+    side waits for the other's collective for ever). Train.py's elastic training syncs after it too."""
+    done = subprocess.run([sys.executable, "-c", RESET_PROBE, str(REPO / "base-image" / "Train.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {"horovod": 1, "train": 2}  # Horovod alone: the first sync only; Train.py: after the reset
