@@ -18,10 +18,12 @@ Output contract (tests and `make demo` read these lines):
               docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
   every rank: its heartbeat, every HEARTBEAT_EVERY seconds while it trains and once when its training ends:
-              `dt-progress rank=R step=S step_s=T` (S steps done by this process, T mean seconds per step
-              since its last beat; `done=1` on the last), which the manager's watchdog reads to find a rank
-              that stopped making progress (the format: distributetrain.observe.heartbeat); before its
-              first beat, `dt-rank rank=R host=HOSTNAME` (its pod's name), how the manager finds its pod
+              `dt-progress rank=R step=S step_s=T compute_s=C` (S steps done by this process, T mean
+              seconds per step since its last beat, C the mean of them it spent computing its gradients
+              before the all-reduce; `done=1` on the last), which the manager's watchdog reads to find a
+              rank that stopped making progress or computes slower than the others (the format:
+              distributetrain.observe.heartbeat); before its first beat, `dt-rank rank=R host=HOSTNAME`
+              (its pod's name), how the manager finds its pod
   rank 0, with --resume:  `resumed_from_epoch=E` (0: no checkpoint yet, from the start), and
               `resumed_from_step=S` when the checkpoint was taken S steps into epoch E+1
   rank 0, on a graceful notice: `checkpoint_on_notice epoch=E step=S` (see below)
@@ -38,12 +40,15 @@ A graceful notice - the kubelet's SIGTERM to a worker pod that is drained, preem
 down, which the worker's entrypoint passes on to its training processes - stops the training within
 NOTICE_CHECK_EVERY steps on every rank, after rank 0 saved a checkpoint of that very step
 (`checkpoint-EEE-sSSSSSSS.keras`): a relaunch (--restarts) resumes there and loses no step. The elastic form
-lets Horovod drop the leaving worker instead (the manager takes it out of the hostfile at once).
+lets Horovod drop the leaving worker instead (the manager takes it out of the hostfile at once): its ranks
+train on until Horovod's next look for host changes (HostUpdatesEvery), and the reset that drops them
+syncs the state as any other (synced_after_any_reset).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -53,16 +58,19 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep the job log readable: no oneDNN/CPU banners
 
 import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
+from horovod.common.exceptions import HostsUpdatedInterrupt
 
 SEED = 1234
 # seconds between two heartbeats of a rank (DT_HEARTBEAT_SECONDS): a stopped rank is seen within this
 HEARTBEAT_EVERY = float(os.environ.get("DT_HEARTBEAT_SECONDS") or 10.0)
+COMPUTE_S = "compute_s"  # the train step's own log: seconds it computed its gradients (TimedTape)
 NOTICE_CHECK_EVERY = 5  # steps between two looks for a graceful notice (one small allreduce each)
 EXIT_NOTICE = 143  # a training stopped by a graceful notice ends as one terminated by SIGTERM would
 
@@ -169,6 +177,52 @@ def distributed_optimizer(lr: float, size: int) -> tf.keras.optimizers.Optimizer
     return hvd.DistributedOptimizer(optimizer)
 
 
+class TimedTape(tf.GradientTape):
+    """A GradientTape that notes when this rank's gradients exist, before Horovod's DistributedOptimizer
+    all-reduces them (it does in `compute_gradients`, which calls this tape's `gradient`): the end of the
+    step's compute, however long the all-reduce then waits for slower ranks."""
+
+    def gradient(self, target, sources, output_gradients=None,  # type: ignore[no-untyped-def]
+                 unconnected_gradients=tf.UnconnectedGradients.NONE):
+        grads = super().gradient(target, sources, output_gradients, unconnected_gradients)
+        self.computed = stamp_after(tf.nest.flatten(grads))
+        with tf.control_dependencies([self.computed]):  # the all-reduce starts after the stamp
+            return tf.nest.map_structure(lambda g: g if g is None else tf.identity(g), grads)
+
+
+def stamp_after(tensors: list[tf.Tensor]) -> tf.Tensor:
+    """tf.timestamp() once `tensors` are computed. A control dependency alone would do on the CPU; on a GPU an
+    op counts as done when it is queued, so one element of each crosses to the host, which waits for the
+    device's stream to get there."""
+    ends = [tf.reshape(tf.cast(getattr(t, "values", t), tf.float32), [-1])[:1]  # IndexedSlices: values
+            for t in tensors if t is not None]
+    with tf.device("/cpu:0"):
+        landed = tf.concat(ends, 0) if ends else tf.zeros([0])
+        with tf.control_dependencies([landed]):
+            return tf.timestamp()
+
+
+def timed_train_step(model: tf.keras.Model, data: object) -> dict[str, tf.Tensor]:
+    """Keras 2.15's Model.train_step (keras/engine/training.py), plus the seconds from the forward pass's
+    start to this rank's gradients (COMPUTE_S in the step's logs; the Heartbeat callback reports it): under
+    synchronous all-reduce every rank's wall step time is the same, this is what tells a slow rank."""
+    x, y, sample_weight = tf.keras.utils.unpack_x_y_sample_weight(data)
+    started = tf.timestamp()
+    with tf.control_dependencies([started]), TimedTape() as tape:
+        y_pred = model(x, training=True)
+        loss = model.compute_loss(x, y, y_pred, sample_weight)
+    model.optimizer.minimize(loss, model.trainable_variables, tape=tape)
+    logs = model.compute_metrics(x, y, y_pred, sample_weight)
+    return {**logs, COMPUTE_S: tape.computed - started}
+
+
+def time_compute(model: tf.keras.Model) -> tf.keras.Model:
+    """The model, its training step timed (timed_train_step). Set on this model only, not by a subclass: its
+    checkpoints and the saved model stay the plain Keras model of EDIT 2, loadable without this file."""
+    model.train_step = lambda data: timed_train_step(model, data)
+    return model
+
+
 def latest_checkpoint(directory: str | None) -> tuple[str, int, int] | None:
     """The newest checkpoint in `directory`, its epochs done and steps done in the next epoch: an epoch's
     `checkpoint-NNN.keras` (step 0), or one taken on a graceful notice, `checkpoint-NNN-sSSSSSSS.keras`.
@@ -253,6 +307,27 @@ class StopOnNotice(tf.keras.callbacks.Callback):
         raise StoppedOnNotice
 
 
+@contextlib.contextmanager
+def synced_after_any_reset() -> Iterator[None]:
+    """Elastic: every reset syncs the state from rank 0, a host removed as well as one added.
+
+    Horovod skips the sync when the hosts it was told of were only removed (horovod/common/elastic.py,
+    Horovod 0.28.1: `HostsUpdatedInterrupt(all_update == removed)`, and `run_fn` then skips `state.sync()`):
+    the survivors hold the state already. But the ring it forms next is made of the hosts the driver sees
+    at that moment (runner/elastic/driver.py, `_activate_workers` once every process re-registered), which
+    can include a host added since - a drained worker's replacement, Ready seconds after the eviction that
+    removed it, or the host a job below its --min-np waited for. The new host's processes begin with a
+    sync (broadcasts); survivors that skipped theirs go on to the training step's allreduce; each waits for
+    the other for ever, without an error (horovod#3494). Syncing after a removal too costs one broadcast of
+    the model, and keeps both sides doing the same collectives."""
+    try:
+        yield
+    except HostsUpdatedInterrupt as interrupt:
+        if not interrupt.skip_sync:
+            raise
+        raise HostsUpdatedInterrupt(skip_sync=False) from None
+
+
 class HostUpdatesEvery(tf.keras.callbacks.Callback):
     """Elastic: act on a host leaving within NOTICE_CHECK_EVERY steps rather than at the epoch's commit, so a
     drained worker is dropped while the kubelet's grace period lasts."""
@@ -277,8 +352,13 @@ class EpochLog(tf.keras.callbacks.Callback):
     """One parseable line per epoch from rank 0; after MetricAverageCallback, so these are all-rank means."""
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
-        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics_of(logs).items()))
         print(f"epoch={epoch + 1} {fields}", flush=True)
+
+
+def metrics_of(logs: dict[str, float] | None) -> dict[str, float]:
+    """The epoch's metrics; not the last step's compute time, which is the heartbeat's."""
+    return {k: v for k, v in (logs or {}).items() if k != COMPUTE_S}
 
 
 class CommitEachEpoch(tf.keras.callbacks.Callback):
@@ -327,7 +407,7 @@ class ProgressLog(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, float] | None = None) -> None:
         rate = self.epoch_steps / max(time.perf_counter() - self.epoch_started, 1e-9)
-        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted((logs or {}).items()))
+        fields = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics_of(logs).items()))
         print(f"dt-progress epoch={epoch + 1}/{self.epochs} step={self.steps} {fields} "
               f"steps_per_s={rate:.1f}", flush=True)
 
@@ -336,12 +416,15 @@ class Heartbeat(tf.keras.callbacks.Callback):
     """Every rank's heartbeat (the module's docstring). A thread prints it, not the step: a rank blocked in a
     collective, waiting for a stuck peer, keeps beating with the same step count, while a frozen one falls
     silent - how the manager tells the rank that stopped first from those that wait for it. The step only
-    counts (one integer add)."""
+    counts, and adds up its compute time (timed_train_step's)."""
 
     def __init__(self, rank: int, every: float = HEARTBEAT_EVERY) -> None:
         super().__init__()
         self.rank, self.every = rank, every
         self.steps = self.last_steps = 0
+        # (seconds, steps) computed so far, written whole by the training loop only; the thread keeps what
+        # it had at its last beat (no lock: a step costs two adds)
+        self.computed = self.last_computed = (0.0, 0)
         self.last_at = time.perf_counter()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -357,6 +440,9 @@ class Heartbeat(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, float] | None = None) -> None:
         self.steps += 1
+        compute = (logs or {}).get(COMPUTE_S)
+        if compute is not None:
+            self.computed = (self.computed[0] + float(compute), self.computed[1] + 1)
 
     def on_train_end(self, logs: dict[str, float] | None = None) -> None:
         self.stop()
@@ -377,12 +463,14 @@ class Heartbeat(tf.keras.callbacks.Callback):
             self.beat()
 
     def beat(self, *, done: bool = False) -> None:
-        steps, now = self.steps, time.perf_counter()
+        steps, now, computed = self.steps, time.perf_counter(), self.computed
         made = steps - self.last_steps
-        self.last_steps, self.last_at, before = steps, now, self.last_at
+        seconds, timed = computed[0] - self.last_computed[0], computed[1] - self.last_computed[1]
+        self.last_steps, self.last_at, before, self.last_computed = steps, now, self.last_at, computed
         if steps == 0 and not done:
             return  # still starting (tracing the first step): nothing to watch yet
         took = f" step_s={(now - before) / made:.6f}" if made > 0 else ""
+        took += f" compute_s={seconds / timed:.6f}" if timed > 0 else ""
         print(f"dt-progress rank={self.rank} step={steps}{took}" + (" done=1" if done else ""), flush=True)
 
 
@@ -436,9 +524,10 @@ def train_elastic(model: tf.keras.Model, args: argparse.Namespace, x_train: np.n
             print(f"elastic size={size} from_epoch={state.epoch}", flush=True)
         callbacks = [*callbacks_of(rank, args), CommitEachEpoch(state), HostUpdatesEvery(state)]
         try:
-            state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
-                            initial_epoch=state.epoch, validation_data=validation, verbose=0,
-                            callbacks=callbacks)
+            with synced_after_any_reset():
+                state.model.fit(x_mine, y_mine, batch_size=args.batch_size, epochs=args.epochs,
+                                initial_epoch=state.epoch, validation_data=validation, verbose=0,
+                                callbacks=callbacks)
         finally:  # a reset raises out of fit: this rank number's heartbeat ends with it
             stop_heartbeats(callbacks)
 
@@ -467,7 +556,7 @@ def main() -> int:
               f"classes={num_classes} epochs={args.epochs} batch_size={args.batch_size} "
               f"lr={args.lr * size:g}", flush=True)
 
-    model = build_model(x.shape[1], num_classes)
+    model = time_compute(build_model(x.shape[1], num_classes))
     model.compile(loss=LOSS, optimizer=distributed_optimizer(args.lr, size), metrics=METRICS,
                   jit_compile=False)  # as for the optimizer: no XLA, which needs cuda-nvcc on a GPU
 

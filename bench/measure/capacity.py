@@ -83,32 +83,8 @@ def scale_from_zero() -> dict[str, Any]:
         cluster.stop()
 
 
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: gpus}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:
-    - name: gpus
-      resources: [{name: cpu, nominalQuota: 64}, {name: memory, nominalQuota: 512Gi},
-                  {name: nvidia.com/gpu, nominalQuota: 4}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-queue, namespace: default}
-spec: {clusterQueue: team}
-"""
-
-
 def queue() -> dict[str, Any]:
-    from localcluster import Behavior, start_cluster
+    from localcluster import Behavior, kueue_queue_manifests, start_cluster
 
     from distributetrain.kube.gateway import Kube
     from distributetrain.manager.orchestrator import Orchestrator
@@ -120,7 +96,7 @@ def queue() -> dict[str, Any]:
     cluster = start_cluster(nodes=[4, 4], cpu_nodes=1, kueue=True,
                             behaviors=[(lambda pod: pod["metadata"]["name"].endswith("-chief"), chief)])
     try:
-        applied = cluster.kubectl("apply", "-f", "-", input=QUEUES)
+        applied = cluster.kubectl("apply", "-f", "-", input=kueue_queue_manifests(gpus=4))
         if applied.returncode != 0:
             raise RuntimeError(applied.stderr)
         kube = Kube.connect(kubeconfig=str(cluster.kubeconfig))

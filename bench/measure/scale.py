@@ -8,12 +8,15 @@ creation (a third of them holding a GPU). Two shapes of pod, each on its own clu
   projected service-account volume, the default tolerations; the simulated kubelet writes a full status
   (conditions, one containerStatus per container, IPs, start time): about 12 KB of JSON each. A tenth of the
   pods only (SIZES): the local API server holds ~170 KB per such pod, too much at 150,000 for this machine.
-The measuring side runs in a fresh subprocess, so its peak memory is the manager's own, and its first
-inventory + plan is cold, as a real manager's only one is: connecting, `k8s.list_nodes_and_pods` (paged
-raw JSON, pods decoded slim by slimpods.py), `inventory` and `plan`. Then the same again, warm; the report
-gives the cold run, the warm median and the slowest. Where the time goes is taken apart on the same
-cluster: the transfer alone, orjson decoding of the same bytes, and the official client's model
-deserialization of one page (what the manager avoids), scaled to all pods.
+The manager's side runs in a fresh process (scale_manager.py), so its peak memory is the manager's own and its
+first plan is cold, as a real manager's only one is: the manager's imports, connecting, its request and pod
+demands, and `PreTraining.plan` - the product's own path (scale_path.py): the namespace's policies, the
+nodes and the not-terminated pods (the manager's field selector, decoded slim), the accounting with the
+demands, the plan. Then the same again, warm; the report gives the cold run, the warm median and the slowest,
+each step on three clocks: wall, the manager process's CPU and the local API server's CPU (it answers on the
+same cores). Where a list's time goes is taken apart on the same cluster: the transfer alone of the same
+requests, orjson decoding of the same bytes, and the official client's model deserialization of one page
+(what the manager avoids), scaled to all pods.
 
     python -m bench.measure.scale [--quick] [--shape minimal|realistic] [--nodes N --pods N]
     # goals (bench/report/goals.py): the cold run under 5 s, the process under 1 GiB
@@ -24,38 +27,22 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import orjson
+from bench.measure import scale_path
+from bench.measure.manager_overhead import GPUS_PER_NODE, background_pod, seed, start_server
+from distributetrain.kube.gateway import Kube
 
-from bench.measure.clienttypes import raw
-from bench.measure.manager_overhead import (
-    GPUS_PER_NODE,
-    background_pod,
-    seed,
-    start_server,
-    time_inventory_and_plan,
-)
-from distributetrain.kube.gateway import Kube, gc_paused
-
-_CONTINUE = re.compile(rb'"continue"\s*:\s*"([^"]+)"')
 NODES, PODS = 7500, 150_000
 QUICK_NODES, QUICK_PODS = 750, 15_000
 #: (nodes, pods) per shape. The local API server holds about 170 KB per realistic pod (2.5 GiB measured at
 #: 15,000), so 150,000 of them would not fit this 23.5 GiB machine: that row has a tenth of the pods.
 SIZES = {"minimal": (NODES, PODS), "realistic": (NODES, PODS // 10)}
 QUICK_SIZES = {"minimal": (QUICK_NODES, QUICK_PODS), "realistic": (QUICK_NODES, QUICK_PODS // 10)}
-JOB_GPUS = 64
-WARM_REPEATS = 3
-PAGE = 5000  # kube/gateway.py's page size
 SHAPES = ("minimal", "realistic")
 
 
@@ -170,85 +157,6 @@ def realistic_pod(i: int, nodes: int) -> dict[str, Any]:
 POD_SHAPES = {"minimal": background_pod, "realistic": realistic_pod}
 
 
-def _raw_pages(kube: Kube, kind: str) -> list[bytes]:
-    """Every page of a cluster-wide list as the bytes the server sent (no decoding)."""
-    pages: list[bytes] = []
-    token: str | None = None
-    lister = kube.core.list_node if kind == "nodes" else kube.core.list_pod_for_all_namespaces
-    while True:
-        response = lister(limit=PAGE, _continue=token, _preload_content=False)
-        body = raw(response).data
-        pages.append(body)
-        # the continue token sits in the list's metadata, at the head of the body: no need to decode it all
-        found = _CONTINUE.search(body, 0, 4096)
-        token = found.group(1).decode() if found else None
-        if token is None:
-            return pages
-
-
-def _peak_rss_mib() -> float:
-    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries it across fork and exec, so a
-    child started by a big parent reports the parent's RSS; VmHWM belongs to this process's memory alone."""
-    status = Path("/proc/self/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
-
-
-def client_side(kubeconfig: str) -> dict[str, Any]:
-    """Runs in its own fresh process: what the manager does before its first create - once cold, as a real
-    manager does it, then warm - timed and taken apart."""
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    kube = Kube.connect(kubeconfig=kubeconfig)
-    connect = time.perf_counter() - t0
-    cold, plan = time_inventory_and_plan(kube, 1, JOB_GPUS)
-    warm, _ = time_inventory_and_plan(kube, WARM_REPEATS, JOB_GPUS)
-    peak_mib = _peak_rss_mib()
-    cold_total = connect + sum(cold[0])
-    warm_totals = [sum(run) for run in warm]
-    lists, accounting, planning = zip(*warm, strict=True)
-
-    t0 = time.perf_counter()
-    pod_pages = _raw_pages(kube, "pods")
-    pages = [*_raw_pages(kube, "nodes"), *pod_pages]
-    transfer = time.perf_counter() - t0
-    size = sum(len(page) for page in pages)
-    t0 = time.perf_counter()
-    with gc_paused():
-        decoded = [orjson.loads(page) for page in pages]
-    decode = time.perf_counter() - t0
-    pod_count = sum(len(d["items"]) for d in decoded if d.get("kind") == "PodList")
-    pod_bytes = sum(len(orjson.dumps(p)) for d in decoded[-1:] for p in d["items"])
-    pod_sample = len(decoded[-1]["items"])
-    del decoded
-
-    sample = pod_pages[0]  # a full page, if there are several
-    sample_items = len(orjson.loads(sample)["items"])
-    t0 = time.perf_counter()
-    kube.api_client.deserialize(sample.decode(), "V1PodList", "application/json")  # as the client does
-    models_sample = time.perf_counter() - t0
-    kube.api_client.close()  # type: ignore[no-untyped-call]
-    return {
-        "inventory_plus_plan_s": {"cold": round(cold_total, 3),
-                                  "warm_p50": round(statistics.median(warm_totals), 3),
-                                  "max": round(max([cold_total, *warm_totals]), 3),
-                                  "warm": [round(t, 3) for t in warm_totals]},
-        "cold_parts_s": {"connect": round(connect, 3), "lists": round(cold[0][0], 3),
-                         "inventory": round(cold[0][1], 3), "plan": round(cold[0][2], 4)},
-        "list_nodes_and_pods_s": round(statistics.median(lists), 3),
-        "inventory_s": round(statistics.median(accounting), 3),
-        "plan_s": round(statistics.median(planning), 4),
-        "peak_rss_mib": round(peak_mib, 1),
-        "load_average_1m": round(load, 1),
-        "plan": [(entry.node, entry.gpus) for entry in plan.allocation],
-        "transfer_only_s": round(transfer, 3),
-        "bytes": size,
-        "pod_json_bytes_mean": round(pod_bytes / max(pod_sample, 1)),
-        "orjson_decode_s": round(decode, 3),
-        "client_models_s_estimated": round(models_sample * pod_count / max(sample_items, 1), 1),
-        "client_models_sample": {"pods": sample_items, "seconds": round(models_sample, 3)},
-    }
-
-
 def measure(nodes: int, pods: int, shape: str = "minimal") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         state = Path(tmp) / "cluster"
@@ -257,7 +165,8 @@ def measure(nodes: int, pods: int, shape: str = "minimal") -> dict[str, Any]:
             admin = Kube.connect(kubeconfig=str(state / "kubeconfig"))
             seed_seconds = seed(admin, nodes, pods, POD_SHAPES[shape])
             admin.api_client.close()  # type: ignore[no-untyped-call]
-            command = [sys.executable, "-m", "bench.measure.scale", "--client", str(state / "kubeconfig")]
+            command = [sys.executable, "-m", "bench.measure.scale_manager", str(state / "kubeconfig"),
+                       str(server.pid)]
             done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
             if done.returncode != 0:
                 raise RuntimeError(f"the measuring process failed ({done.returncode}):\n"
@@ -270,7 +179,7 @@ def measure(nodes: int, pods: int, shape: str = "minimal") -> dict[str, Any]:
             server.terminate()
             server.wait(timeout=120)
     return {"shape": shape, "nodes": nodes, "pods": pods, "gpus_per_node": GPUS_PER_NODE,
-            "job_gpus": JOB_GPUS, "seed_seconds": round(seed_seconds, 1), **result}
+            "job_gpus": scale_path.JOB_GPUS, "seed_seconds": round(seed_seconds, 1), **result}
 
 
 def main(quick: bool) -> dict[str, Any]:
@@ -286,16 +195,12 @@ if __name__ == "__main__":
     parser.add_argument("--pods", type=int)
     parser.add_argument("--shape", choices=SHAPES, help="one shape of pod only (default: both)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--client", metavar="KUBECONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.client:
-        print(json.dumps(client_side(args.client)))
-    else:
-        from bench.report.speed_section import scale as render
+    from bench.report.speed_section import scale as render
 
-        rows = []
-        for shape in (args.shape,) if args.shape else SHAPES:
-            nodes, pods = (QUICK_SIZES if args.quick else SIZES)[shape]
-            rows.append(measure(args.nodes or nodes, args.pods or pods, shape))
-        out = {"quick": args.quick, "rows": rows}
-        print(json.dumps(out, indent=1) if args.json else render(out))
+    rows = []
+    for shape in (args.shape,) if args.shape else SHAPES:
+        nodes, pods = (QUICK_SIZES if args.quick else SIZES)[shape]
+        rows.append(measure(args.nodes or nodes, args.pods or pods, shape))
+    out = {"quick": args.quick, "rows": rows}
+    print(json.dumps(out, indent=1) if args.json else render(out))

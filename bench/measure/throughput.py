@@ -142,8 +142,9 @@ def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float],
             seconds: float) -> dict[str, Any]:
     """One job of sum(split) GPUs on nodes holding exactly `split`; the ranks' measurements and how it ran."""
     gpus = sum(split)
-    # no --network-interface: with it, a job planned onto one pod fails in horovodrun ("No interface is
-    # found for address 127.0.0.1"); without it Horovod takes the interface every pod has (eth0), as the demo
+    # no --network-interface: the chief's launcher passes the pod's own (eth0) where a rank runs on a
+    # worker, and none for a job planned onto one pod (horovodrun refuses any interface but the loopback's
+    # there: "No interface is found for address 127.0.0.1"), as the demo
     command = (f"python3 {RANK_SCRIPT} --gradient-mb {','.join(f'{s:g}' for s in sizes)} "
                f"--seconds {seconds:g}")
     with cluster(split, node_link) as local:

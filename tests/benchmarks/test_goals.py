@@ -119,6 +119,12 @@ def test_scale_is_judged_on_the_cold_run_not_the_warm_median() -> None:
     assert [c["met"] for c in memory] == [True, True]
 
 
+def test_scale_names_the_managers_own_cpu_beside_the_wall_time() -> None:
+    row = {**_scale_row(cold=6.0, warm=3.0), "cold": {"total": {"wall": 6.0, "cpu": 2.4, "server_cpu": 4.5}}}
+    (timed, _) = goals.scale_checks({"rows": [row]})
+    assert timed["value"].endswith("; the manager's own CPU 2.40 s of it") and timed["met"] is False
+
+
 def test_scale_without_a_cold_run_or_results_is_not_met() -> None:
     old = {"nodes": 7500, "pods": 150_000, "peak_rss_mib": 500.0,
            "inventory_plus_plan_s": {"p50": 4.4, "max": 9.9}}

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from localcluster import NodePool, TestCluster, start_cluster, wait_until
+from localcluster import NodePool, TestCluster, kueue_queue_manifests, start_cluster, wait_until
 from user_manifests import MANAGER, REPO, apply, manager_ended, pod_json
 
 from apiclient import make_api_client
@@ -88,28 +88,7 @@ def test_a_job_on_a_gpu_pool_at_zero_nodes_trains_and_the_pool_scales_down_after
                what="the GPU pool scaled back to zero")
 
 
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: gpus}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:
-    - name: gpus
-      resources: [{name: cpu, nominalQuota: 64}, {name: memory, nominalQuota: 512Gi},
-                  {name: nvidia.com/gpu, nominalQuota: 2}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-queue, namespace: default}
-spec: {clusterQueue: team}
-"""
+QUEUES = kueue_queue_manifests(gpus=2)
 
 
 @pytest.fixture(scope="module")

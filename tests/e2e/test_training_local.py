@@ -94,9 +94,12 @@ def test_the_preflight_measures_every_rank_then_the_training_runs(trained: Train
     check = next(i for i, line in enumerate(lines) if "pre-flight took" in line)
     start = next(i for i, line in enumerate(lines) if progress.LAUNCHED.match(line.encode()))
     assert check < start
-    # Train.py's progress lines, read as the manager reads them: the first step, then every epoch
-    # the training's own progress (rank 0's epochs), not the ranks' heartbeats (rank=)
-    reports = [r for r in (progress.parse(line) for line in lines) if r is not None and r.rank is None]
+    # Train.py's progress lines, read as the manager reads them: the first step, then every epoch (a line
+    # with rank= is a rank's heartbeat, the watchdog's, not the job's progress)
+    parsed = [r for r in (progress.parse(line) for line in lines) if r is not None]
+    reports = [r for r in parsed if r.rank is None]
+    beats = [r for r in parsed if r.rank is not None]
+    assert {r.rank for r in beats} == {0, 1, 2}, out  # every rank beats, the workers' too
     assert reports[0] == progress.Progress(epoch=0, epochs=EPOCHS, step=1), reports
     last = reports[-1]
     assert (last.epoch, last.epochs) == (EPOCHS, EPOCHS)

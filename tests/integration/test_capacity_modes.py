@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from localcluster import NodePool, TestCluster, wait_until
+from localcluster import NodePool, TestCluster, kueue_queue_manifests, wait_until
 from manager_support import chief_behavior, leftovers, manager_pod, orchestrator, spec
 
 from distributetrain.errors import EXIT_SCHEDULE_TIMEOUT, ScheduleTimeout
@@ -78,28 +78,7 @@ def test_a_scale_up_through_a_provisioning_request_asks_for_every_node_at_once(
     assert chief["metadata"]["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"] == "train-0"
 
 
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: gpus}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:
-    - name: gpus
-      resources: [{name: cpu, nominalQuota: 64}, {name: memory, nominalQuota: 512Gi},
-                  {name: nvidia.com/gpu, nominalQuota: 6}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-queue, namespace: default}
-spec: {clusterQueue: team}
-"""
+QUEUES = kueue_queue_manifests(gpus=6)
 
 
 @pytest.fixture

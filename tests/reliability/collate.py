@@ -20,6 +20,7 @@ BEGIN = "<!-- fault-matrix:begin (tests/reliability/collate.py) -->"
 END = "<!-- fault-matrix:end -->"
 # the order rows appear in, by test module
 ORDER = ["test_pod_faults", "test_process_faults", "test_hangs", "test_preflight_links", "test_recovery",
+         "test_drain_recovery",
          "test_manager_faults", "test_api_faults", "test_pull_and_drain_faults", "test_contention",
          "test_invalid_input", "test_security"]
 

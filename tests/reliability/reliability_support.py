@@ -167,6 +167,44 @@ def training_processes(pod: str) -> list[int]:
 
 
 
+# ---- real training (the process runtime) -----------------------------------------------------------------
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")
+
+
+def process_cluster(factory: Factory, nodes: list[int]) -> TestCluster:
+    """Pods as processes: real sshd, horovodrun and Train.py with TensorFlow on the CPU."""
+    # a ConfigMap update reaches a running pod after 1 s here (a kubelet's default: up to about a minute)
+    return factory(nodes=nodes, runtime="process", runtime_options={"volume_refresh": 1.0})
+
+
+def training_spec(epochs: int, **fields: str) -> JobSpec:
+    """The demo's 6-GPU job running Train.py for `epochs` epochs."""
+    return spec(gpus="6", command=["python3", "/opt/distributetrain/Train.py", "--epochs", str(epochs)],
+                network_interface="eth0", schedule_timeout="120s", ssh_timeout="60s", **fields)
+
+
+def chief_epochs(manager: ManagerThread, before: float = float("inf")) -> list[int]:
+    """The epochs rank 0 reported done (`epoch=E ...`), before a moment (monotonic)."""
+    return [int(found[1]) for t, line in manager.recorder.chief_lines
+            if t < before and (found := re.match(r"epoch=(\d+) ", line))]
+
+
+def said_after(manager: ManagerThread, pattern: str, after: float, timeout: float) -> float:
+    """When the manager said (or copied from the chief) a line matching `pattern`, after `after`."""
+    def seen() -> float | None:
+        said = next((t for t, m in manager.recorder.lines if t >= after and re.search(pattern, m)), None)
+        return said or manager.recorder.chief_first(pattern, after)
+    found = wait_until(seen, timeout=timeout, every=0.2,
+                       message=f"{pattern!r}:\n" + manager.recorder.text[-6000:])
+    return float(found)
+
+
+def final_checksums(manager: ManagerThread, size: int) -> dict[str, str]:
+    """Every final rank's weights checksum (`rank=R size=S weights_sha256=...`), by rank."""
+    text = manager.recorder.chief_out.getvalue()
+    return dict(re.findall(rf"rank=(\d+) size={size} weights_sha256=([0-9a-f]{{64}})", text))
+
+
 # ---- a manager run in-process -----------------------------------------------------------------------------
 class Recorder(Reporter):
     """The manager's log with the monotonic time of every line."""

@@ -6,19 +6,27 @@ sshd answers. Nothing about the pods changes: only the ranks' heartbeats tell.
 Two hang timeouts, one test: 20 s, shorter than Gloo's own 30 s collective timeout, so the watchdog acts;
 60 s (the issue's), so Gloo's timeout fails rank 0 first and the manager must blame the frozen rank, not
 rank 0 that only waited. Either way the job ends naming the frozen worker's pod, node and last step, exit
-79, nothing left but the kept chief, every GPU free, no rank alive."""
+79, nothing left but the kept chief, every GPU free, no rank alive.
+
+A straggler, on the same cluster: the worker's training held to a share of a CPU (a cgroup CPU quota,
+`localcluster fault throttle`) while it trains. Every rank's wall step time stays the same - the chief waits
+in the all-reduce for the worker - so only the ranks' compute times tell; the manager (the real CLI, whose
+Events a user reads) must name the worker, and must name no one while the two train alike."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from collections.abc import Callable
 
 import pytest
 from localcluster import TestCluster
 from reliability_support import (
+    IMAGE,
     Factory,
+    ManagerProcess,
     ManagerThread,
     count,
     free_gpus,
@@ -32,6 +40,7 @@ from reliability_support import (
 )
 
 from distributetrain.errors import EXIT_HUNG
+from distributetrain.observe import events, heartbeat
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")]
@@ -95,3 +104,61 @@ def test_a_frozen_worker_ends_the_job_naming_it(hang_timeout: float, ended_by: s
                                  if at >= frozen_at],
                "heartbeats": [line for _, line in recorder.chief_lines if "step_s=" in line][-6:],
                "manager_log_tail": text.splitlines()[-12:]})
+
+
+STRAGGLER_CPU = 0.25  # the worker's training held to a quarter of a CPU: at least half its unthrottled speed
+HEALTHY_BEATS = 5     # heartbeats of each rank with compute times before the throttle: no straggler in them
+
+
+def _beats(output: str, rank: int) -> list[heartbeat.Beat]:
+    found = (heartbeat.parse(line) for line in output.splitlines() if "dt-progress rank=" in line)
+    return [b for b in found if b is not None and b.rank == rank and b.compute_seconds is not None]
+
+
+def test_a_throttled_worker_is_reported_as_a_straggler_and_a_healthy_run_names_no_one(
+        cluster: TestCluster, managers: list[ManagerProcess], row: Callable[..., object]) -> None:
+    kube = kube_of(cluster)
+    before = free_gpus(kube)
+    manager = ManagerProcess(cluster, "--gpus", "2", "--image", IMAGE, "--job-name", "train",
+                             "--network-interface", "eth0", "--schedule-timeout", "120s", "--ssh-timeout",
+                             "60s", "--", *TRAIN)
+    managers.append(manager)
+    # healthy: both ranks train alike for HEALTHY_BEATS heartbeats each, each beat judged, none reported
+    wait_until(lambda: all(len(_beats(manager.output, r)) >= HEALTHY_BEATS for r in (0, 1)), timeout=300,
+               every=1, message="both ranks' heartbeats with compute times:\n" + manager.output)
+    assert "straggler:" not in manager.output, manager.output
+    worker = pods_of(kube, "train")["train-worker-0"]
+    throttled_at = time.monotonic()
+    throttled = cluster.throttle("train-worker-0", STRAGGLER_CPU, match="Train.py")
+    assert throttled.processes, throttled
+    step_at_throttle = _beats(manager.output, 1)[-1].step
+    detected = manager.wait_for(r"straggler: rank 1 on ", timeout=150)
+    node = worker["spec"]["nodeName"]
+    said = re.search(rf"straggler: rank 1 on worker train-worker-0, node {re.escape(node)} computes a step "
+                     r"\(forward and backward, before the all-reduce\) in ([\d.e-]+)s a step, ([\d.]+) "
+                     r"times the other ranks' median", manager.output)
+    assert said is not None, manager.output
+    assert "straggler: rank 0" not in manager.output  # the chief, which waited for it, is not named
+    # the Event on the worker's pod, as `kubectl get events` shows it to a user
+    wait_until(lambda: events.STRAGGLER in cluster.kubectl(
+        "get", "events", "--field-selector", "involvedObject.name=train-worker-0", "-o",
+        "jsonpath={.items[*].reason}").stdout, timeout=30, message="the Straggler Event on train-worker-0")
+    message = cluster.kubectl("get", "events", "--field-selector",
+                              f"involvedObject.name=train-worker-0,reason={events.STRAGGLER}", "-o",
+                              "jsonpath={.items[0].message}").stdout
+    assert "rank 1 on worker train-worker-0" in message, message
+    steps_to_report = max(b.step for b in _beats(manager.output, 1)) - step_at_throttle
+    # reported once: the job trains on (no --replace-stragglers); the user stops it
+    stopped_at = manager.signal(signal.SIGTERM)
+    code = manager.wait()
+    assert leftovers(kube, "train") == {}, manager.output
+    assert free_gpus(kube) == before
+    row(f"worker's training throttled to {STRAGGLER_CPU:g} CPU (cgroup cpu quota) mid-training",
+        outcome=f"reported as a straggler; manager stopped, exit {code}", exit_code=code,
+        detect_s=round(detected - throttled_at, 3), cleanup_s=round(time.monotonic() - stopped_at, 3),
+        objects_left=0, gpus_held=held(before, free_gpus(kube)), runtime="process",
+        notes=f"names rank 1, its pod and node; compute {said[2]}x the chief's; no straggler in "
+              f"{HEALTHY_BEATS} healthy heartbeats of each rank before",
+        extra={"steps_to_report": steps_to_report,
+               "compute_s": [(b.rank, b.compute_seconds) for r in (0, 1) for b in _beats(manager.output, r)],
+               "manager_log_tail": manager.output.splitlines()[-12:]})

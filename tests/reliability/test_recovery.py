@@ -15,7 +15,6 @@ and copies from the chief."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable
@@ -24,35 +23,33 @@ from typing import Any
 import pytest
 from localcluster import TestCluster
 from reliability_support import (
+    NEEDS_ROOT,
     Factory,
     ManagerThread,
+    chief_epochs,
     chief_runs_forever,
     count,
+    final_checksums,
     free_gpus,
     held,
     kube_of,
     leftovers,
     pods_of,
+    process_cluster,
     running_job,
+    said_after,
     spec,
+    training_spec,
     wait_until,
 )
 
 ACCURACY_THRESHOLD = 0.85  # tests/e2e/test_demo_flow.py's: 3 plain epochs reach 0.93 here, one only 0.81
-NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="network, mount and PID namespaces need root")
-
-
-def _process_cluster(factory: Factory, nodes: list[int]) -> TestCluster:
-    # a ConfigMap update reaches a running pod after 1 s here (a kubelet's default: up to about a minute)
-    return factory(nodes=nodes, runtime="process", runtime_options={"volume_refresh": 1.0})
 
 
 def _start(cluster: TestCluster, epochs: int, **fields: str) -> tuple[ManagerThread, dict[str, int]]:
     kube = kube_of(cluster)
     before = free_gpus(kube)
-    job = spec(gpus="6", command=["python3", "/opt/distributetrain/Train.py", "--epochs", str(epochs)],
-               network_interface="eth0", schedule_timeout="120s", ssh_timeout="60s", **fields)
-    manager = ManagerThread(kube, job).start()
+    manager = ManagerThread(kube, training_spec(epochs, **fields)).start()
     try:
         wait_until(lambda: manager.recorder.chief_first(r"^epoch=2 "), timeout=300, every=0.5)
     except AssertionError as err:
@@ -60,34 +57,13 @@ def _start(cluster: TestCluster, epochs: int, **fields: str) -> tuple[ManagerThr
     return manager, before
 
 
-def _checksums(manager: ManagerThread, size: int) -> dict[str, str]:
-    text = manager.recorder.chief_out.getvalue()
-    return dict(re.findall(rf"rank=(\d+) size={size} weights_sha256=([0-9a-f]{{64}})", text))
-
-
-def _epochs(manager: ManagerThread, before: float = float("inf")) -> list[int]:
-    """The epochs rank 0 reported done (`epoch=E ...`), before a moment (monotonic)."""
-    return [int(found[1]) for t, line in manager.recorder.chief_lines
-            if t < before and (found := re.match(r"epoch=(\d+) ", line))]
-
-
-def _said_after(manager: ManagerThread, pattern: str, after: float, timeout: float) -> float:
-    """When the manager said (or copied from the chief) a line matching `pattern`, after `after`."""
-    def seen() -> float | None:
-        said = next((t for t, m in manager.recorder.lines if t >= after and re.search(pattern, m)), None)
-        return said or manager.recorder.chief_first(pattern, after)
-    found = wait_until(seen, timeout=timeout, every=0.2,
-                       message=f"{pattern!r}:\n" + manager.recorder.text[-6000:])
-    return float(found)
-
-
 def _lose_and_regrow(manager: ManagerThread, fault_at: float, lost: str) -> dict[str, float]:
     """The times (from the fault) a user reads in the manager's log while Horovod goes on and grows back."""
-    detected = _said_after(manager, rf"worker {lost} on \S+ \(.*\) lost", fault_at, 60)
-    resumed = _said_after(manager, r"training runs on 1 of 6 GPU\(s\)", fault_at, 120)
-    joined = _said_after(manager, r"worker train-worker-\d+ Ready on .*added to the hostfile; the job holds "
-                                  r"6 of 6", fault_at, 120)
-    full = _said_after(manager, r"training runs on 6 of 6 GPU\(s\)", joined, 300)
+    detected = said_after(manager, rf"worker {lost} on \S+ \(.*\) lost", fault_at, 60)
+    resumed = said_after(manager, r"training runs on 1 of 6 GPU\(s\)", fault_at, 120)
+    joined = said_after(manager, r"worker train-worker-\d+ Ready on .*added to the hostfile; the job holds "
+                                 r"6 of 6", fault_at, 120)
+    full = said_after(manager, r"training runs on 6 of 6 GPU\(s\)", joined, 300)
     return {"detect_s": detected - fault_at, "resumed_s": resumed - fault_at,
             "replacement_ready_s": joined - fault_at, "full_size_s": full - fault_at}
 
@@ -97,7 +73,7 @@ def _lose_and_regrow(manager: ManagerThread, fault_at: float, lost: str) -> dict
 @NEEDS_ROOT
 def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_factory: Factory,
                                                                 row: Callable[..., Any]) -> None:
-    cluster = _process_cluster(local_cluster_factory, [5, 3, 2, 5])
+    cluster = process_cluster(local_cluster_factory, [5, 3, 2, 5])
     # the chief's rank alone trains ~10 epochs a second here (6 ranks sharing 2 cores, ~1.5), and Horovod
     # takes 15-40 s to grow back: enough epochs that the training outlasts both losses and ends at 6 ranks
     manager, before = _start(cluster, epochs=250, min_gpus="1")
@@ -121,7 +97,7 @@ def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_fa
     assert code == 0, text[-8000:]
     accuracy = float(re.findall(r"final_accuracy=([0-9.]+)", text)[-1])
     assert accuracy >= ACCURACY_THRESHOLD, text[-4000:]
-    checksums = _checksums(manager, 6)
+    checksums = final_checksums(manager, 6)
     assert sorted(checksums, key=int) == [str(r) for r in range(6)], text[-4000:]
     assert len(set(checksums.values())) == 1, checksums
     left = leftovers(kube, "train")
@@ -129,7 +105,7 @@ def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_fa
     after = free_gpus(kube)
     alive = {n: g for n, g in before.items() if n != "node-1"}
     assert {n: g for n, g in after.items() if n != "node-1"} == alive
-    epochs = _epochs(manager)
+    epochs = chief_epochs(manager)
     sizes = [line for _, line in manager.recorder.chief_lines if line.startswith("elastic size=")]
     common = {"exit_code": code, "objects_left": count(left) - 1, "runtime": "process",
               "gpus_held": held(alive, {n: g for n, g in after.items() if n != "node-1"})}
@@ -150,20 +126,20 @@ def test_elastic_job_survives_a_lost_worker_pod_and_a_lost_node(local_cluster_fa
 @NEEDS_ROOT
 def test_restart_job_resumes_from_its_last_checkpoint(local_cluster_factory: Factory,
                                                        row: Callable[..., Any]) -> None:
-    cluster = _process_cluster(local_cluster_factory, [5, 3, 2])
+    cluster = process_cluster(local_cluster_factory, [5, 3, 2])
     manager, before = _start(cluster, epochs=12, restarts="2")
     kube = kube_of(cluster)
     wait_until(lambda: manager.recorder.chief_first(r"^epoch=4 "), timeout=120, every=0.2,
                message="the fourth epoch")
     fault_at = time.monotonic()
     kube.delete("pods", "default", "train-worker-0", grace_seconds=0)
-    detected = _said_after(manager, r"worker train-worker-0 on \S+ \(.*\) lost", fault_at, 60)
+    detected = said_after(manager, r"worker train-worker-0 on \S+ \(.*\) lost", fault_at, 60)
     # what rank 0 had checkpointed when the worker was lost (the training stopped with it)
     listed = cluster.kubectl("exec", "train-chief", "--", "ls", "/var/lib/distributetrain/checkpoints")
     assert listed.returncode == 0, listed.stderr
     saved = max(int(m) for m in re.findall(r"checkpoint-(\d+)\.keras", listed.stdout))
-    relaunched = _said_after(manager, r"every lost worker replaced", fault_at, 120)
-    resumed = _said_after(manager, rf"restart 1: the training resumed from epoch {saved}\b", fault_at, 300)
+    relaunched = said_after(manager, r"every lost worker replaced", fault_at, 120)
+    resumed = said_after(manager, rf"restart 1: the training resumed from epoch {saved}\b", fault_at, 300)
     code = manager.join(timeout=600)
     text = manager.recorder.text
     assert code == 0, text[-8000:]
@@ -172,9 +148,9 @@ def test_restart_job_resumes_from_its_last_checkpoint(local_cluster_factory: Fac
     assert f"ended with exit code 0, after 1 restart(s) (the training resumed from epoch {saved})" in text
     accuracy = float(re.findall(r"final_accuracy=([0-9.]+)", text)[-1])
     assert accuracy >= ACCURACY_THRESHOLD
-    checksums = _checksums(manager, 6)
+    checksums = final_checksums(manager, 6)
     assert len(checksums) == 6 and len(set(checksums.values())) == 1, checksums
-    done_before = max(_epochs(manager, before=fault_at))
+    done_before = max(chief_epochs(manager, before=fault_at))
     left = leftovers(kube, "train")
     assert left == {"pods": ["train-chief"]}, left
     after = free_gpus(kube)

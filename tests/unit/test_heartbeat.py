@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
     (b"[1]<stdout>:dt-progress rank=1 step=1200 step_s=0.0412", Beat(1, 1200, 0.0412)),
     (b"[3]<stdout>:dt-progress rank=3 step=1500 done=1", Beat(3, 1500, None, True)),
     ("dt-progress rank=0 step=7 step_s=0.5 done=1", Beat(0, 7, 0.5, True)),
+    (b"[2]<stdout>:dt-progress rank=2 step=90 step_s=0.1 compute_s=0.0431", Beat(2, 90, 0.1, False, 0.0431)),
+    (b"[2]<stdout>:dt-progress rank=2 step=90 compute_s=-1", Beat(2, 90)),  # no negative time
 ])
 def test_what_the_manager_reads_from_a_ranks_heartbeat(text: bytes | str, expected: Beat) -> None:
     assert heartbeat.parse(text) == expected
@@ -62,6 +64,11 @@ beat.on_train_end()
 beat.on_train_begin()
 beat.on_train_batch_end(4)
 beat.stop(done=False)  # fit raised: no done beat
+beat.on_train_begin()
+beat.on_train_batch_end(5, {"loss": 1.0, "compute_s": 0.25})  # timed_train_step's log
+beat.on_train_batch_end(6, {"loss": 1.0, "compute_s": 0.75})
+beat.beat()
+beat.stop(done=False)
 """
 
 
@@ -72,7 +79,8 @@ def test_train_py_prints_the_heartbeat_the_manager_reads() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert heartbeat.parse_rank(next(x for x in done.stdout.splitlines() if "dt-rank" in x))[0] == 2  # type: ignore[index]
     beats = [heartbeat.parse(line) for line in done.stdout.splitlines() if "dt-progress" in line]
-    assert [(b.rank, b.step, b.done) for b in beats if b is not None] == [(2, 3, False), (2, 4, True)]
+    assert [(b.rank, b.step, b.done, b.compute_seconds) for b in beats if b is not None] == [
+        (2, 3, False, None), (2, 4, True, None), (2, 7, False, 0.5)]  # the mean compute time of its steps
     assert all(b is not None and b.step_seconds is not None and b.step_seconds >= 0 for b in beats)
 
 
@@ -89,6 +97,20 @@ def test_the_helper_beats_from_its_thread_and_ends_marked_done() -> None:
     assert all(b is not None and b.rank == 3 for b in beats)
     assert beats[0] is not None and beats[0].step == 4 and beats[0].step_seconds is not None
     assert beats[-1] == Beat(3, 4, None, True)  # no step since the last beat: no step time, and done
+
+
+def test_the_helper_reports_the_mean_compute_time_of_the_steps_since_its_last_beat() -> None:
+    out = io.StringIO()
+    beat = Heartbeat(1, every=3600, stream=out).start()
+    beat.step(compute_seconds=0.2)
+    beat.step(compute_seconds=0.4)
+    beat._beat()
+    beat.step(2, compute_seconds=0.2)  # two steps, 0.2 s of compute between them
+    beat._beat()
+    beat.step()                        # a step the script did not time
+    beat.stop()
+    beats = [heartbeat.parse(line) for line in out.getvalue().splitlines()[1:]]
+    assert [(b.step, b.compute_seconds) for b in beats if b is not None] == [(2, 0.3), (4, 0.1), (5, None)]
 
 
 def test_a_helper_before_its_first_step_stays_quiet() -> None:

@@ -63,7 +63,8 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
            "DT_RESTRICT_EGRESS": "yes", "DT_PREFLIGHT": "on", "DT_MIN_BUSBW": "12.5",
            "DT_PREFLIGHT_ATTEMPTS": "3",
            "DT_MIN_GPUS": "", "DT_MAX_GPUS": "", "DT_RESTARTS": "2", "DT_REPLACE_TIMEOUT": "5m",
-           "DT_GROW_INTERVAL": "10s", "DT_HANG_TIMEOUT": "90s", "DT_ON_HANG": "restart"}
+           "DT_GROW_INTERVAL": "10s", "DT_HANG_TIMEOUT": "90s", "DT_ON_HANG": "restart",
+           "DT_STRAGGLER_FACTOR": "2", "DT_STRAGGLER_REPORTS": "5", "DT_REPLACE_STRAGGLERS": "false"}
     s = JobSpec.from_sources({}, env)
     assert s.pod_template is not None and s.pod_template.metadata == {"annotations": {"team": "ml"}}
     assert s == JobSpec(
@@ -87,8 +88,8 @@ def test_every_field_from_environment(tmp_path: Path) -> None:
         chief_template=None, cpu_per_gpu=Fraction(1, 2), memory_per_gpu=Fraction(16 * 2**30),
         shm_size=Fraction(0), allow_egress=("10.1.0.0/16", "0.0.0.0/0"), restrict_egress=True, preflight=True,
         min_busbw=12.5, preflight_attempts=3, restarts=2, replace_timeout=300.0, grow_interval=10.0,
-        hang_timeout=90.0,
-        on_hang="restart")
+        hang_timeout=90.0, on_hang="restart", straggler_factor=2.0, straggler_reports=5,
+        replace_stragglers=False)
     assert s.recovery == "restart" and s.hang_action == "restart"
     # every field has its variable, named DT_<FIELD>
     assert {FIELD[f.name].env for f in dataclasses.fields(JobSpec)} == set(env)

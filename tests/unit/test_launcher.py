@@ -14,7 +14,7 @@ import pytest
 from distributetrain import hostfile, naming
 from distributetrain.chief import launcher
 from distributetrain.chief import settings as launchsettings
-from distributetrain.chief.launcher import Failure
+from distributetrain.chief.launcher import Failure, launch_interface
 from distributetrain.errors import EXIT_SSH, EXIT_USAGE, InvalidInput, SshUnreachable
 from distributetrain.hostfile import HostSlots
 from distributetrain.manager import manifests, sshkeys
@@ -262,3 +262,15 @@ def test_each_rank_loads_its_hosts_own_environment_over_the_chiefs(tmp_path: Pat
     assert on_worker.stdout == "yes worker c\n"
     on_chief = subprocess.run(argv, env=chief_env, capture_output=True, text=True, check=True)
     assert on_chief.stdout == " chief c\n"
+
+
+@pytest.mark.parametrize(("explicit", "workers", "elastic", "expected"), [
+    (None, 2, False, "eth0"),      # this pod's interface: horovodrun skips its probe of every host
+    ("ib0", 2, False, "ib0"),      # the job's own wins
+    (None, 0, False, None),        # all ranks here: horovodrun's all-local path wants 127.0.0.1's interface
+    ("ib0", 0, False, None),
+    (None, 0, True, "eth0"),       # elastic: hosts may join, and its driver probes between them untold
+])
+def test_horovodrun_is_told_an_interface_only_where_a_rank_is_on_another_pod(
+        explicit: str | None, workers: int, elastic: bool, expected: str | None) -> None:
+    assert launch_interface(explicit, "eth0", workers=workers, elastic=elastic) == expected

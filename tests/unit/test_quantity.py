@@ -50,6 +50,25 @@ def test_parse_quantity_rejects_what_kubernetes_rejects(text: str) -> None:
     assert isinstance(caught.value, InvalidInput)
 
 
+def test_a_quantity_parsed_again_is_the_same_amount() -> None:
+    """The parser caches each string (a cluster's pods repeat a few): the second answer, from the cache,
+    is the first's, for every quantity of the table above, read in two rounds."""
+    texts = ["100m", "64Mi", "1", "1.5Gi", "1e3", " 4 ", "250u", "2E", "500m", "64Mi", "100m"]
+    first = [parse_quantity(text) for text in texts]
+    again = [parse_quantity(text) for text in reversed(texts)]
+    assert again[::-1] == first
+    mebi64 = Fraction(64 * 2**20)
+    assert first == [Fraction(1, 10), mebi64, Fraction(1), Fraction(3 * 2**29), Fraction(1000), Fraction(4),
+                     Fraction(1, 4000), Fraction(2 * 10**18), Fraction(1, 2), mebi64, Fraction(1, 10)]
+
+
+def test_an_invalid_quantity_names_its_own_field_each_time() -> None:
+    """A string refused once is refused again, each time naming the field it was read from."""
+    for field in ("container 'main' limits.cpu", "container 'sidecar' requests.memory"):
+        with pytest.raises(InvalidQuantity, match=f"^{field}: '12 cores' is not a Kubernetes quantity"):
+            parse_quantity("12 cores", what=field)
+
+
 @pytest.mark.parametrize(("text", "expected"),
                          [("8", 8), ("0", 0), ("1000m", 1), ("2k", 2000), (3, 3), ("1e1", 10)])
 def test_parse_count(text: str | int, expected: int) -> None:

@@ -194,26 +194,6 @@ def test_the_manager_names_the_stuck_ranks_pod_node_and_last_step() -> None:
         "70s (hang timeout 60s)")
 
 
-def test_ranks_of_one_speed_have_no_straggler() -> None:
-    clock = Clock()
-    dog = started(clock)
-    train(dog, clock, seconds=300)
-    assert dog.stragglers() == []
-    assert watchdog.straggler_ratio(2, {r.rank: r for r in dog.snapshot()}) == pytest.approx(1.0)
-
-
-def test_a_straggler_is_reported_after_its_third_slow_beat_and_never_again() -> None:
-    clock = Clock()
-    dog = started(clock)
-    reported = []
-    for n in range(1, 8):
-        clock.now += 10
-        for rank, took in ((0, 0.1), (1, 0.12), (2, 0.3 if n >= 2 else 0.1)):
-            dog.line(beat(rank, 100 * n, took))
-        reported.append([(s.rank.rank, round(s.ratio, 2), round(s.others, 3)) for s in dog.stragglers()])
-    assert reported == [[], [], [], [(2, 2.73, 0.11)], [], [], []]
-
-
 class Keeper:
     """What the supervisor asks of the keeper on a hang: remove these workers (it removes members only)."""
 

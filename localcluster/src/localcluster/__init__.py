@@ -31,6 +31,7 @@ from localcluster._internal.cluster.testcluster import (
 from localcluster._internal.doubles.apioutage import MODES as API_OUTAGE_MODES
 from localcluster._internal.doubles.apioutage import Outage
 from localcluster._internal.doubles.autoscaler import NodePool, parse_node_pool
+from localcluster._internal.doubles.kueue import queue_manifests as kueue_queue_manifests
 from localcluster._internal.doubles.nodeshutdown import NodeShutdown, PodKill, ShutdownGroup
 from localcluster._internal.errors import InvalidInput, InvalidQuantity, LocalClusterError, StartFailed
 from localcluster._internal.podspec.requests import pod_requests
@@ -44,7 +45,8 @@ from localcluster._internal.runtime.sim import Behavior, Predicate, SimRuntime
 # What each name is for: a cluster started and stopped (ClusterSpec, LocalCluster, TestCluster, start_cluster,
 # wait_until, kubectl_path), or as a background process (serve_command, start_daemon); the pod runtimes and
 # their switches (SimRuntime, Behavior, Predicate, ProcessRuntime, NodeLink, parse_node_link); the node pools
-# an autoscaled cluster grows and shrinks (NodePool, parse_node_pool: ClusterSpec.node_pools); the images the
+# an autoscaled cluster grows and shrinks (NodePool, parse_node_pool: ClusterSpec.node_pools) and the queue a
+# Kueue user sets up (kueue_queue_manifests: ClusterSpec.kueue); the images the
 # process runtime can run (ImageMap, ImageMapping) and how long pulls take (PullTime); injected API faults
 # (Fault) and production faults (API_OUTAGE_MODES, Outage and a test's ApiOutage handle on one; ProcessFault,
 # what freeze/throttle did; NodeShutdown, ShutdownGroup, PodKill, what a graceful node shutdown did); the
@@ -80,6 +82,7 @@ __all__ = [
     "StartFailed",
     "TestCluster",
     "kubectl_path",
+    "kueue_queue_manifests",
     "parse_node_link",
     "parse_node_pool",
     "parse_quantity",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster import NodePool, TestCluster, wait_until
+from localcluster import NodePool, TestCluster, kueue_queue_manifests, wait_until
 
 Factory = Callable[..., TestCluster]
 FAST_POOLS = {"autoscaler_scan_interval": 0.2, "autoscaler_provision_delay": 0.5,
@@ -138,29 +138,7 @@ def test_the_doubles_kinds_are_served_only_by_a_cluster_that_runs_them(local_clu
 
 
 # ---- Kueue ------------------------------------------------------------------------------------------
-QUEUES = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: gpus}
-spec: {nodeLabels: {kubernetes.io/os: linux}}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: team}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu, memory, nvidia.com/gpu]
-    flavors:
-    - name: gpus
-      resources: [{name: cpu, nominalQuota: 64}, {name: memory, nominalQuota: 512Gi},
-                  {name: nvidia.com/gpu, nominalQuota: 6}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: team-queue, namespace: default}
-spec: {clusterQueue: team}
-"""
+QUEUES = kueue_queue_manifests(gpus=6, node_labels={"kubernetes.io/os": "linux"})
 
 
 def member(name: str, group: str, gpus: int, total: int) -> dict[str, Any]:

@@ -216,3 +216,20 @@ def test_a_label_map_without_a_key_is_not_a_valid_env_field(v1: client.CoreV1Api
     assert api_status(refused.value)["message"].startswith(
         'Pod "p" is invalid: spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Unsupported value: '
         '"metadata.labels": supported values: "metadata.name", "metadata.namespace"')
+
+
+def test_the_jobs_pods_get_the_namespaces_limitrange_defaults_as_a_users_pod_does(
+        cluster: TestCluster, v1: client.CoreV1Api) -> None:
+    """The controller's creates go through mutating admission too (kube-controller-manager's pods are
+    admitted like anyone's): a container without resources gets the LimitRange's defaults."""
+    limits = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults"},
+              "spec": {"limits": [{"type": "Container", "default": {"cpu": "500m", "memory": "256Mi"}}]}}
+    v1.create_namespaced_limit_range("default", as_body(limits))
+    client.BatchV1Api(cluster.api_client()).create_namespaced_job("default", as_body(job("shaped", "slow")))
+    pod = wait_until(lambda: pods_of(v1, "shaped"), what="shaped's pod")[0]
+    resources = pod.spec.containers[0].resources
+    assert resources.limits == {"cpu": "500m", "memory": "256Mi"}
+    assert resources.requests == {"cpu": "500m", "memory": "256Mi"}
+    assert pod.metadata.annotations["kubernetes.io/limit-ranger"] == (
+        "LimitRanger plugin set: cpu, memory request for container main; "
+        "cpu, memory limit for container main")

@@ -122,6 +122,17 @@ def horovodrun_argv(
     return [*argv, *command]
 
 
+def launch_interface(explicit: str | None, own: str | None, *, workers: int, elastic: bool) -> str | None:
+    """The --network-interface horovodrun is given: the job's own, else this pod's (`own`). None for a
+    static job with no worker: every rank is on this pod, and horovodrun's all-local path keeps only
+    interfaces holding 127.0.0.1 (runner/driver/driver_service.py get_local_interfaces, Horovod 0.28.1) -
+    told eth0 it fails with "No interface is found for address 127.0.0.1."; untold, the ranks use the
+    loopback as they should."""
+    if workers == 0 and not elastic:
+        return None
+    return explicit or own
+
+
 # run on each rank, after horovodrun's `env` gave it the chief's variables: a rank on a worker loads that
 # worker's own (its pod template's; the worker's entrypoint wrote them, sshd names the file)
 HOST_ENV_SHIM = ('if [ -n "${%s:-}" ] && [ -r "$%s" ]; then . "$%s"; fi; exec "$@"'
@@ -319,8 +330,9 @@ def run(settings: Settings, env: Mapping[str, str]) -> int:
         # over ssh on each, then each probing the others): pods get their network on one interface name (the
         # CNI's eth0), so the chief's own is every pod's. The probe still runs if this pod's address is on no
         # interface found here.
-        interface = settings.network_interface or (elastic.interface if elastic else
-                                                   discovery.interface_of(settings.pod_ip))
+        interface = launch_interface(settings.network_interface, elastic.interface if elastic else
+                                     discovery.interface_of(settings.pod_ip), workers=len(workers),
+                                     elastic=elastic is not None)
         child_env = dict(env)
         # TensorFlow's C++ INFO banners (oneDNN, CPU features) from every rank drown the training's own lines
         # in the manager's log; warnings and errors still show. horovodrun passes this on to every rank.

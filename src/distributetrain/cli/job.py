@@ -159,19 +159,22 @@ def posttraining_command(**params: Any) -> None:
     PreTraining's to validate and act on; only a job that replaces lost workers (--min-gpus, --restarts)
     reads it again, to build the replacements."""
     from distributetrain.manager.posttraining import run_posttraining
+    from distributetrain.manager.watchdog import StragglerRule
 
     ref = JobRef.from_sources(params, os.environ)
     keep_chief = read_field("keep_chief", params["keep_chief"], os.environ)
     tolerance = read_field("api_outage_tolerance", params["api_outage_tolerance"], os.environ)
     hang_timeout = read_field("hang_timeout", params["hang_timeout"], os.environ)
     on_hang = read_field("on_hang", params["on_hang"], os.environ)  # None: by the job's mode
+    stragglers = StragglerRule(*(read_field(name, params[name], os.environ) for name in (
+        "straggler_factor", "straggler_reports", "replace_stragglers")))
     kube = _kube(params["kubeconfig"], params["context"]).patient(tolerance)
     observer = _observer(kube, ref)
     with _closing(observer):
         code = run_posttraining(kube, job=ref.name, namespace=ref.namespace, keep_chief=keep_chief,
                                 started_at=_started_at(), reporter=observer, request=lambda: _spec(params),
                                 owner=ManagerIdentity.from_env(os.environ), hang_timeout=hang_timeout,
-                                on_hang=on_hang)
+                                on_hang=on_hang, stragglers=stragglers)
     sys.exit(code)
 
 

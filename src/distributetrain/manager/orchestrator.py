@@ -11,6 +11,7 @@ import contextlib
 
 from distributetrain.manager import cleanup, posttraining
 from distributetrain.manager.pretraining import PreTraining, StartedJob
+from distributetrain.manager.watchdog import StragglerRule
 
 
 class Orchestrator:
@@ -48,7 +49,8 @@ class Orchestrator:
             keep_chief=spec.keep_chief, reporter=self.reporter,
             workers=None if started.adopted else started.workers, deadline=self.pretraining.deadline,
             schedule_timeout=spec.schedule_timeout, clock=self._clock, request=lambda: spec,
-            owner=self.pretraining.owner, hang_timeout=spec.hang_timeout, on_hang=spec.hang_action)
+            owner=self.pretraining.owner, hang_timeout=spec.hang_timeout, on_hang=spec.hang_action,
+            stragglers=StragglerRule(spec.straggler_factor, spec.straggler_reports, spec.replace_stragglers))
 
     def _guard(self) -> contextlib.AbstractContextManager[None]:
         # only what this run created or adopted is its to delete

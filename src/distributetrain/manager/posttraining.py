@@ -32,7 +32,16 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot, Watched
 from distributetrain.manager import cleanup
 from distributetrain.manager.keeper import Keeper, keeper_for
-from distributetrain.manager.watchdog import CHECK_EVERY, STRAGGLER_BEATS, Hang, RankSeen, Watchdog
+from distributetrain.manager.watchdog import (
+    CHECK_EVERY,
+    COMPUTE,
+    DEFAULT_STRAGGLERS,
+    Hang,
+    RankSeen,
+    Straggler,
+    StragglerRule,
+    Watchdog,
+)
 from distributetrain.observe import chieflog, joblog
 from distributetrain.observe.joblog import Reporter
 from distributetrain.observe.jobstate import RankState
@@ -97,7 +106,7 @@ def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, 
                      reporter: Reporter | None = None, clock: Callable[[], float] = time.monotonic,
                      request: Callable[[], JobSpec] | None = None,
                      owner: ManagerIdentity | None = None, hang_timeout: float | None = None,
-                     on_hang: str | None = None) -> int:
+                     on_hang: str | None = None, stragglers: StragglerRule = DEFAULT_STRAGGLERS) -> int:
     """PostTraining in a process of its own, under the cleanup guard: supervise the job named `job`, reading
     its workers from the cluster. `started_at` (epoch seconds): when the manager started; the active
     deadline, as the job's pods carry it, counts from then (None: the pods' own deadline only). `request`:
@@ -107,7 +116,7 @@ def run_posttraining(kube: Kube, *, job: str, namespace: str, keep_chief: bool, 
                        durable=owner is not None and owner.durable):
         return supervise(kube, job=job, namespace=namespace, keep_chief=keep_chief, reporter=reporter,
                          started_at=started_at, clock=clock, request=request, owner=owner,
-                         hang_timeout=hang_timeout, on_hang=on_hang)
+                         hang_timeout=hang_timeout, on_hang=on_hang, stragglers=stragglers)
 
 
 def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporter: Reporter,
@@ -115,7 +124,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
               started_at: float | None = None, schedule_timeout: float = CHIEF_START_TIMEOUT,
               clock: Callable[[], float] = time.monotonic, request: Callable[[], JobSpec] | None = None,
               owner: ManagerIdentity | None = None, hang_timeout: float | None = None,
-              on_hang: str | None = None) -> int:
+              on_hang: str | None = None, stragglers: StragglerRule = DEFAULT_STRAGGLERS) -> int:
     """Watch the job until the chief ends; return its exit code after deleting everything but the chief
     (and the chief too unless `keep_chief`). Raise WorkerFailed, ChiefLost, ScheduleTimeout or
     DeadlineExceeded at once when those happen (the caller's guard cleans up). `workers`: the worker pods
@@ -125,7 +134,8 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     its job survives lost workers (naming.RECOVERY_ANNOTATION) gets a Keeper, built from `request`,
     which replaces them instead. The watchdog (watchdog.py) reads every rank's heartbeat from the chief's
     log: a rank without progress for `hang_timeout` (None: derived from the step time) is hung, and
-    `on_hang` (fail, restart, replace; None: by the job's mode) says what then."""
+    `on_hang` (fail, restart, replace; None: by the job's mode) says what then; a rank slower than the
+    others by `stragglers`' rule is reported, and its worker replaced when the rule says so (elastic)."""
     chief_name = naming.chief_name(job)
     watched = Watched(kube, "pods", namespace, naming.job_selector(job))
     first = watched.relist()
@@ -150,7 +160,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
     reporter.say(f"supervising job {job}: chief {joblog.pod_text(first[chief_name])}, workers "
                  f"{joblog.listing(named) or '(none: the chief runs every process)'}")
     reporter.supervising([first[n] for n in [chief_name, *workers] if n in first])
-    watchdog = Watchdog(timeout=hang_timeout, clock=clock)
+    watchdog = Watchdog(timeout=hang_timeout, clock=clock, stragglers=stragglers)
     action = on_hang or ("fail" if keeper is None else "replace" if keeper.recovery.elastic else "restart")
     sink = reporter.chief_line if keeper is None else keeper.tee(reporter.chief_line)
     follower = LogFollower(kube, namespace, chief_name, _both(sink, watchdog.line))
@@ -179,7 +189,7 @@ def supervise(kube: Kube, *, job: str, namespace: str, keep_chief: bool, reporte
                 if deadline is not None and clock() >= deadline:
                     raise DeadlineExceeded(f"job {job}: the active deadline passed while training ran; the "
                                            "job was stopped (raise --active-deadline if it needs longer)")
-                hang = _due(watchdog, clock(), watched.objects, reporter)
+                hang = _due(watchdog, clock(), watched.objects, reporter, keeper)
                 if hang is not None:
                     names = act_on_hang(hang, action, watchdog=watchdog, pods=watched.objects,
                                          reporter=reporter, keeper=keeper)
@@ -231,9 +241,10 @@ def _both(first: Callable[[bytes], None], second: Callable[[bytes], None]) -> Ca
     return sink
 
 
-def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], reporter: Reporter
-         ) -> Hang | None:
-    """The watchdog's periodic look: the ranks' step times to the metrics, stragglers reported, a hang."""
+def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], reporter: Reporter,
+         keeper: Keeper | None) -> Hang | None:
+    """The watchdog's periodic look: the ranks' step times to the metrics, stragglers reported (and
+    replaced), a hang."""
     wake = watchdog.wake_at()
     if wake is None or now < wake:
         return None
@@ -243,19 +254,33 @@ def _due(watchdog: Watchdog, now: float, pods: Mapping[str, podstatus.Pod], repo
         pod, node = (seen.host or seen.said or "", "")
         if found is not None:
             pod, node = found[0], podstatus.node(found[1]) or ""
-        rows.append(RankState(seen.rank, pod, node, seen.step_seconds))
+        rows.append(RankState(seen.rank, pod, node, seen.step_seconds, seen.compute_seconds))
     reporter.ranks(rows)
     for slow in watchdog.stragglers():
         found = _pod_of(slow.rank, pods)
-        where = slow.rank.host or slow.rank.said or "an unknown host"
-        if found is not None:
-            where = f"{podstatus.role(found[1]) or 'pod'} {found[0]}, node {podstatus.node(found[1])}"
-        took = slow.rank.step_seconds or 0.0
-        reporter.straggling(found[1] if found else None,
-                            f"straggler: rank {slow.rank.rank} on {where} takes {took:.3f}s a step, "
-                            f"{slow.ratio:.1f} times the other ranks' median {slow.others:.3f}s, for "
-                            f"{STRAGGLER_BEATS} heartbeats in a row")
+        reporter.straggling(found[1] if found else None, describe_straggler(slow, pods))
+        if watchdog.rule.replace and keeper is not None and keeper.recovery.elastic:
+            if found is None or podstatus.role(found[1]) != naming.ROLE_WORKER:
+                reporter.say(f"--replace-stragglers: rank {slow.rank.rank} runs in the chief, which is not "
+                             "replaced; the job trains on at its pace")
+            elif keeper.remove_stuck([found[0]], "--replace-stragglers"):
+                watchdog.reset()  # the ranks re-form without it: a fresh watch
+                return None
     return watchdog.check()
+
+
+def describe_straggler(slow: Straggler, pods: Mapping[str, podstatus.Pod]) -> str:
+    """`straggler: rank 1 on worker train-worker-0, node node-2 computes a step in 0.081s ...`."""
+    found = _pod_of(slow.rank, pods)
+    where = slow.rank.host or slow.rank.said or "an unknown host"
+    if found is not None:
+        where = f"{podstatus.role(found[1]) or 'pod'} {found[0]}, node {podstatus.node(found[1])}"
+    pace = slow.pace
+    what = ("computes a step (forward and backward, before the all-reduce) in" if pace.measure == COMPUTE
+            else "takes")
+    return (f"straggler: rank {slow.rank.rank} on {where} {what} {pace.seconds:.4g}s a step, "
+            f"{pace.ratio:.1f} times the other ranks' median {pace.others:.4g}s, for {slow.reports} "
+            "heartbeats in a row")
 
 
 def _pods_of(hang: Hang, pods: Mapping[str, podstatus.Pod]) -> list[podstatus.Pod]:

@@ -17,6 +17,15 @@ The same reading names the culprit when the training *failed* because of a hang:
 after 30 s (HOROVOD_GLOO_TIMEOUT_SECONDS) and fails a rank that was only waiting, which horovodrun then
 reports as the failed rank (`blame`).
 
+A straggler is a rank slower than the others: its pace more than `factor` times the other ranks' median for
+`reports` of its heartbeats in a row (--straggler-factor, --straggler-reports; StragglerRule). The pace is
+each rank's compute time per step (`compute_s`: its forward and backward pass, before the all-reduce) when
+every training rank reports one, else its wall step time (`step_s`, what older scripts report). Under
+synchronous all-reduce the wall step time is the same on every rank - the fast ranks wait in the all-reduce
+for the slow one - so only the compute time shows which rank is slow; the wall time still tells a rank
+slow outside the step (its input pipeline, a rank that runs its own loop). The median is the *other*
+ranks' so that with two ranks the slow one is compared with the fast one, not with the mean of both.
+
 Ranks are mapped to hosts by each rank's own `dt-rank rank=R host=POD` line (heartbeat.py), else by the
 launcher's `hostfile:` line, in rank order (chieflog.py; pod IPs); posttraining.py maps hosts to pods and
 nodes. A relaunch (the launcher's `starting:` line) or an elastic
@@ -34,8 +43,9 @@ from dataclasses import dataclass, replace
 from distributetrain.hostfile import HostSlots
 from distributetrain.observe import chieflog, heartbeat, progress
 
-STRAGGLER_FACTOR = 1.5  # a rank whose step time is above this many times the others' median...
-STRAGGLER_BEATS = 3      # ...for this many heartbeats in a row is a straggler (reported once)
+STRAGGLER_FACTOR = 1.5  # a rank whose pace is above this many times the others' median...
+STRAGGLER_REPORTS = 3    # ...for this many heartbeats in a row is a straggler (reported once per launch)
+COMPUTE, STEP = "compute", "step"  # what a pace is measured on: compute time, or wall step time
 HANG_FACTOR = 10.0
 HANG_FLOOR = 300.0
 SILENT_BEATS = 1.5  # a rank is silent when the others beat this many heartbeat periods after its last
@@ -69,6 +79,7 @@ class RankSeen:
     done: bool = False
     host: str | None = None  # from the launcher's hostfile line: a pod IP (elastic: none)
     said: str | None = None  # what the rank said of itself (dt-rank): its pod's hostname, the pod's name
+    compute_seconds: float | None = None  # its latest compute time per step (heartbeat's compute_s)
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -95,23 +106,56 @@ def hang_timeout(explicit: float | None, step_seconds: list[float]) -> float:
 
 
 @dataclass(frozen=True)
+class StragglerRule:
+    """When a rank is a straggler (the module's docstring), and whether its worker is then replaced."""
+
+    factor: float = STRAGGLER_FACTOR
+    reports: int = STRAGGLER_REPORTS
+    replace: bool = False  # elastic: its worker deleted and re-placed elsewhere (--replace-stragglers)
+
+
+DEFAULT_STRAGGLERS = StragglerRule()
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast one rank trains against the others: its seconds per step over the others' median."""
+
+    ratio: float
+    seconds: float  # the rank's
+    others: float   # the other training ranks' median
+    measure: str    # COMPUTE or STEP
+
+
+@dataclass(frozen=True)
 class Straggler:
-    """A rank slower than the others: its step time over the median of the others'."""
+    """A rank slower than the others, as its last heartbeat showed it, for `reports` heartbeats in a row."""
 
     rank: RankSeen
-    ratio: float
-    others: float  # the other ranks' median step time
+    pace: Pace
+    reports: int
 
 
-def straggler_ratio(rank: int, ranks: dict[int, RankSeen]) -> float | None:
-    """The rank's step time over the median of the other training ranks' (None: not two step times)."""
-    mine = ranks[rank].step_seconds if rank in ranks else None
-    others = [r.step_seconds for r in ranks.values()
-              if r.rank != rank and not r.done and r.step_seconds is not None]
+def pace(rank: int, ranks: dict[int, RankSeen]) -> Pace | None:
+    """The rank's pace against the other training ranks' median: on compute time when every training rank
+    with a time reports one, else on wall step time (None: not two times to compare)."""
+    timed = [r for r in ranks.values() if not r.done and r.step_seconds is not None]
+    measure = COMPUTE if timed and all(r.compute_seconds is not None for r in timed) else STEP
+
+    def seconds(seen: RankSeen) -> float | None:
+        return seen.compute_seconds if measure == COMPUTE else seen.step_seconds
+
+    mine = seconds(ranks[rank]) if rank in ranks and not ranks[rank].done else None
+    others = [t for r in timed if r.rank != rank and (t := seconds(r)) is not None]
     if mine is None or not others:
         return None
     median = statistics.median(others)
-    return mine / median if median > 0 else None
+    return Pace(mine / median, mine, median, measure) if median > 0 else None
+
+
+def slow_streak(streak: int, found: Pace | None, rule: StragglerRule) -> int:
+    """Heartbeats in a row a rank was slow, after one more of its beats (`found`: its pace at that beat)."""
+    return streak + 1 if found is not None and found.ratio > rule.factor else 0
 
 
 def suspects(ranks: dict[int, RankSeen], *, every: float, missing: frozenset[int] = frozenset(),
@@ -139,11 +183,12 @@ class Watchdog:
     """Reads the chief's log line by line (the log follower's thread) and answers the supervisor's loop."""
 
     def __init__(self, *, timeout: float | None, every: float = heartbeat.DEFAULT_EVERY,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], stragglers: StragglerRule = DEFAULT_STRAGGLERS) -> None:
         """`timeout`: --hang-timeout (None: derived from the step time); `every`: the ranks' heartbeat
-        period."""
+        period; `stragglers`: when a slow rank is reported."""
         self.explicit = timeout
         self.every = every
+        self.rule = stragglers
         self._clock = clock
         self._lock = threading.Lock()
         self.ranks: dict[int, RankSeen] = {}
@@ -201,14 +246,17 @@ class Watchdog:
         host = chieflog.rank_host(self.hosts, beat.rank) if self.hosts else None
         said = self.rank_hosts.get(beat.rank)
         if seen is None or beat.step < seen.step:  # first beat, or a new process under this rank
-            seen = RankSeen(beat.rank, beat.step, now, now, beat.step_seconds, beat.done, host, said)
+            seen = RankSeen(beat.rank, beat.step, now, now, beat.step_seconds, beat.done, host, said,
+                            beat.compute_seconds)
         else:
             progressed = now if beat.step > seen.step else seen.progressed_at
             if beat.step > seen.step:  # a rank the stall inspector named has caught up since (start-up)
                 self.missing = self.missing - {beat.rank}
             seen = replace(seen, step=beat.step, heard_at=now, progressed_at=progressed, done=beat.done,
                            step_seconds=beat.step_seconds if beat.step_seconds is not None
-                           else seen.step_seconds, host=host or seen.host, said=said or seen.said)
+                           else seen.step_seconds, host=host or seen.host, said=said or seen.said,
+                           compute_seconds=beat.compute_seconds if beat.compute_seconds is not None
+                           else seen.compute_seconds)
         self.ranks[beat.rank] = seen
         if beat.step_seconds is not None and not beat.done:
             self._judge_speed(beat.rank)
@@ -216,15 +264,11 @@ class Watchdog:
             self.next_check = now + CHECK_EVERY
 
     def _judge_speed(self, rank: int) -> None:
-        ratio = straggler_ratio(rank, self.ranks)
-        if ratio is None or ratio <= STRAGGLER_FACTOR:
-            self._slow[rank] = 0
-            return
-        self._slow[rank] = self._slow.get(rank, 0) + 1
-        if self._slow[rank] >= STRAGGLER_BEATS and rank not in self._reported:
+        found = pace(rank, self.ranks)
+        self._slow[rank] = slow_streak(self._slow.get(rank, 0), found, self.rule)
+        if found is not None and self._slow[rank] >= self.rule.reports and rank not in self._reported:
             self._reported.add(rank)
-            seen = self.ranks[rank]
-            self._stragglers.append(Straggler(seen, ratio, (seen.step_seconds or 0.0) / ratio))
+            self._stragglers.append(Straggler(self.ranks[rank], found, self._slow[rank]))
 
     # ---- answering ------------------------------------------------------------------------------------
     def timeout(self) -> float:

@@ -40,12 +40,14 @@ class PodState:
 
 @dataclass(frozen=True)
 class RankState:
-    """One training rank as its heartbeats show it (manager/watchdog.py): where it runs and its step time."""
+    """One training rank as its heartbeats show it (manager/watchdog.py): where it runs, its step time and
+    its compute time per step (before the all-reduce; None: its script does not report one)."""
 
     rank: int
     pod: str
     node: str
     step_seconds: float | None = None
+    compute_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,13 @@ class JobState:
 
     @property
     def skew(self) -> float | None:
-        """The slowest rank's step time over the median rank's; None without two ranks' step times."""
-        times = sorted(r.step_seconds for r in self.ranks if r.step_seconds is not None)
+        """The slowest rank's compute time over the median rank's when every rank with a step time reports
+        one (under synchronous all-reduce the wall step times are all alike: the fast ranks wait for the
+        slow one), else the same of the step times; None without two ranks' times."""
+        timed = [r for r in self.ranks if r.step_seconds is not None]
+        computed = [r.compute_seconds for r in timed if r.compute_seconds is not None]
+        times = sorted(computed if timed and len(computed) == len(timed)
+                       else [r.step_seconds for r in timed if r.step_seconds is not None])
         if len(times) < 2:
             return None
         middle = len(times) // 2

@@ -102,10 +102,22 @@ def _ranks(state: JobState, keys: list[str], job: list[str]) -> list[Metric]:
     for rank in timed:
         steps.add_metric([*job, str(rank.rank), rank.pod, rank.node], float(rank.step_seconds or 0.0))
     out: list[Metric] = [steps]
+    computed = [r for r in timed if r.compute_seconds is not None]
+    if computed:
+        compute = GaugeMetricFamily(PREFIX + "rank_compute_seconds",
+                                    "Each training rank's mean seconds per step computing its gradients "
+                                    "(forward and backward, before the all-reduce) over its last heartbeat "
+                                    "period",
+                                    labels=[*keys, "rank", "pod", "node"])
+        for rank in computed:
+            compute.add_metric([*job, str(rank.rank), rank.pod, rank.node],
+                               float(rank.compute_seconds or 0.0))
+        out.append(compute)
     skew = state.skew
     if skew is not None:
         family = GaugeMetricFamily(PREFIX + "rank_step_skew",
-                                   "The slowest rank's step time over the median rank's (1: no straggler)",
+                                   "The slowest rank's compute time (else step time) over the median rank's "
+                                   "(1: no straggler)",
                                    labels=keys)
         family.add_metric(job, skew)
         out.append(family)

@@ -279,15 +279,9 @@ def _allocatable_amount(allocatable: Mapping[str, Any], name: str, node: str) ->
     if name not in allocatable:
         return Fraction(10**9) if name == PODS else Fraction(0)
     try:
-        return _quantity(allocatable[name])
+        return parse_quantity(allocatable[name])  # cached: nodes of a cluster mostly share one allocatable
     except InvalidQuantity as err:
         raise InvalidQuantity(f"node {node} status.allocatable.{name}: {err}") from None
-
-
-@functools.lru_cache(maxsize=1024)
-def _quantity(value: Any) -> Fraction:
-    # nodes of a cluster mostly share one allocatable: parse each distinct amount once
-    return parse_quantity(value, what="quantity")
 
 
 def _add_others(into: dict[str, int], pod: Mapping[str, Any], names: Sequence[str], node: str) -> None:

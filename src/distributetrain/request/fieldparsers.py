@@ -328,6 +328,17 @@ def parse_gbps(value: Any) -> float:
     return number
 
 
+def parse_factor(value: Any) -> float:
+    """A factor above 1, e.g. 1.5: how many times slower than the others a rank may be."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number, e.g. 1.5") from None
+    if not 1 < number < float("inf"):
+        raise ValueError(f"{value!r}: give a number above 1, e.g. 1.5 (half as fast again as the others)")
+    return number
+
+
 def optional(parse: Parser) -> Parser:
     def wrapped(value: Any) -> Any:
         return None if value is None or str(value).strip() == "" else parse(value)

@@ -27,6 +27,7 @@ from distributetrain.request.fieldparsers import (
     parse_cidrs,
     parse_command,
     parse_duration,
+    parse_factor,
     parse_gbps,
     parse_gpus,
     parse_image,
@@ -396,6 +397,25 @@ class JobSpec:
             "and replaced on another node, the training relaunched from its checkpoint; --restarts), replace "
             "(elastic: the stuck worker deleted and re-placed elsewhere while the others go on). None: "
             "replace for an elastic job, restart with --restarts, else fail."))
+    straggler_factor: float = field(default=1.5, metadata=describe(
+        parse_factor, "X",
+        help="A rank slower than X times the other ranks' median (compute time per step) is a straggler.",
+        doc="The watchdog (docs/manager.md, \"Stragglers\"): a rank whose pace - its compute time per step "
+            "(forward and backward, before the all-reduce) when every rank reports one, else its step time "
+            "- is above this many times the other ranks' median for straggler_reports heartbeats in a row "
+            "is reported: an Event on its pod and the job, a log line naming rank, pod and node."))
+    straggler_reports: int = field(default=3, metadata=describe(
+        parse_int_range(1, 1000), "Y",
+        help="How many heartbeats in a row a rank must be slow to be a straggler (10 s each by default).",
+        doc="How many of a rank's heartbeats in a row (DT_HEARTBEAT_SECONDS apart, 10 s by default) its pace "
+            "must be above straggler_factor times the others' median before it is reported: one slow period "
+            "(a checkpoint, a noisy neighbour's burst) is no straggler."))
+    replace_stragglers: bool = field(default=False, metadata=describe(
+        parse_bool,
+        help="Elastic: delete a straggler's worker and re-place it on another node (needs --min-gpus).",
+        doc="Elastic (min_gpus): once a straggler is reported, delete its worker and re-place it on another "
+            "node while the others train on - the same path as --on-hang replace. A straggler in the "
+            "chief (rank 0) is only reported."))
     grow_interval: float = field(default=30.0, metadata=describe(
         parse_positive_duration, "DURATION",
         help="How often free GPUs are looked for while the job runs short of its size.",
@@ -551,6 +571,10 @@ def _recovery_checks(spec: JobSpec) -> list[str]:
                         "re-placed; give --min-gpus, or --on-hang fail or restart")
     if spec.on_hang == ON_HANG[1] and spec.min_gpus is not None:
         problems.append("on_hang (restart): an elastic job never relaunches; use --on-hang replace")
+    if spec.replace_stragglers and spec.min_gpus is None:
+        problems.append("replace_stragglers: only an elastic job (--min-gpus) trains on while a worker is "
+                        "re-placed; give --min-gpus, or drop --replace-stragglers (stragglers are reported "
+                        "either way)")
     if spec.min_gpus is not None and spec.transport != naming.TRANSPORTS[0]:
         problems.append(f"transport ({spec.transport}): elastic Horovod runs on Gloo only; use --transport "
                         f"{naming.TRANSPORTS[0]} or drop --min-gpus")

@@ -270,22 +270,26 @@ class LocalCluster:
                                            component=component, host=host, field_path=field_path)
 
     async def astop(self) -> None:
-        self.outages.forget()
-        for task in self._doubles:
-            task.cancel()
-        await asyncio.gather(*self._doubles, return_exceptions=True)
-        self._doubles.clear()
-        with contextlib.suppress(Exception):
-            await self.runtime.shutdown()
-        self.store.close_watches()
-        if self.controllers is not None:
-            await self.controllers.stop()
-        await self._close_http()
-        # TLS transports finish closing over a few more loop turns
-        await asyncio.sleep(0.05)
-        shutil.rmtree(self.state_dir, ignore_errors=True)
-        if self._own_dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.outages.forget()
+            for task in self._doubles:
+                task.cancel()
+            await asyncio.gather(*self._doubles, return_exceptions=True)
+            self._doubles.clear()
+            with contextlib.suppress(Exception):
+                await self.runtime.shutdown()
+            self.store.close_watches()
+            if self.controllers is not None:
+                await self.controllers.stop()
+        finally:
+            # whatever failed above, the server still closes its listener and connections and the
+            # directories go: a half-stopped cluster would leave a live HTTPS server in the process
+            await self._close_http()
+            # TLS transports finish closing over a few more loop turns
+            await asyncio.sleep(0.05)
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            if self._own_dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     def _seed(self) -> None:
         s = self.store
@@ -440,8 +444,10 @@ class LocalCluster:
     def stop(self, *, timeout: float = 60.0) -> None:
         if self._loop is None or self._thread is None:
             return
-        with contextlib.suppress(Exception):
+        try:
             self.call(self.astop(), timeout)
+        except Exception as error:  # stop anyway, but say so: a leak found later has a cause to read
+            log.warning("local cluster at %s: stopping did not finish cleanly: %r", self.dir, error)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout)
         self._loop = None

@@ -246,9 +246,10 @@ class JobController:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template.get("spec") or {}}
 
     def _create_pods(self, job: Obj, count: int) -> list[st.ApiStatus]:
-        """CreatePodsWithGenerateName, through the pod's defaulting, validation and admission (Pod Security,
-        ResourceQuota and the rest refuse the controller as they refuse a user), in upstream's slow-start
-        batches: 1, 2, 4, ... stopping at the first batch with a failure."""
+        """CreatePodsWithGenerateName, through the pod's defaulting, mutating admission, validation and
+        admission (LimitRange defaults and Pod Security, ResourceQuota and the rest shape and refuse the
+        controller as they do a user), in upstream's slow-start batches: 1, 2, 4, ... stopping at the first
+        batch with a failure."""
         pods_r = BY_KEY["pods"]
         errors: list[st.ApiStatus] = []
         batch, left = 1, count
@@ -261,6 +262,9 @@ class JobController:
                     if ns is None or ns["metadata"].get("deletionTimestamp"):
                         return errors          # a namespace being torn down: nothing more to create
                     defaults.apply("pods", pod)
+                    # the mutating phase (LimitRange defaults, an SCC's UID) before validation, as a
+                    # user's create gets it: the controller's pods go through the same registry
+                    self.admission.mutate_create(pods_r, pod, USER)
                     validate(pods_r, pod, None)
                     self.admission.create(pods_r, pod, USER)
                     created = self.store.create("pods", pod)

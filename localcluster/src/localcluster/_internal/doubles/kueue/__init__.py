@@ -9,8 +9,10 @@ kubectl reads and writes them. A model for tests, switched on by ClusterSpec.kue
     workloads.py   a pod's or a group's Workload, and when it is finished (pure)
     quota.py       flavor assignment against nominal quota, the scheduler's messages (pure)
     controller.py  the loop: make workloads, admit, ungate, finish, queue status
+    setup.py       a flavor, ClusterQueue and LocalQueue as a user applies them (pure; exported)
 """
 
 from localcluster._internal.doubles.kueue.controller import Kueue
+from localcluster._internal.doubles.kueue.setup import queue_manifests
 
-__all__ = ["Kueue"]
+__all__ = ["Kueue", "queue_manifests"]
