@@ -161,6 +161,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="the Markdown report (default docs/benchmarks.md, or "
                                                      "OUT/benchmarks.md with --quick or --out)")
     parser.add_argument("--workers", type=int, default=None, help="processes for the simulator (default 2)")
+    parser.add_argument("--span-cost", choices=("low", "median", "high"), default="median",
+                        help="placement only: simulate under the fitted span cost's median (default) or "
+                             "the low or high end of its 95%% interval (bench/sim/model.py, "
+                             "SPAN_COST_ENDS); with an end other than the median, give --out so the "
+                             "stored results stay the median's")
     parser.add_argument("--only", action="append", metavar="SECTION[,SECTION...]", help=ONLY_HELP)
     parser.add_argument("--render-only", action="store_true",
                         help="measure nothing: rewrite the report (and the blocks in docs/planner.md and "
@@ -192,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bench.sim.experiment import run_all
 
             print("placement: simulating traces", flush=True)
-            placement = run_all(args.quick, workers=args.workers)
+            placement = run_all(args.quick, workers=args.workers, span_end=args.span_cost)
             store.save_placement(out, placement, metrics.aggregate(placement["records"]))
             metas[store.PLACEMENT] = _run_meta(command, time.monotonic() - started)
             print(f"placement: done in {time.monotonic() - started:.0f} s", flush=True)
