@@ -51,7 +51,7 @@ def _rel(path: Path, doc: Path) -> str:
 
 def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, Any] | None,
            rows: Sequence[Any], images: Sequence[Path], speed: Mapping[str, Any], runs: Mapping[str, Any],
-           quick: bool) -> tuple[str, dict[str, Any]]:
+           quick: bool, span_ends: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """The report and the goals' verdicts. `runs` (runs.json) says when each section was measured; the
     sections may come from different runs."""
     parts: list[str] = ["# Benchmarks\n"]
@@ -87,6 +87,7 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
             "a check, under the issue's own rough model. Where we fall short it says so. The share of big "
             "jobs on the fewest nodes their size needs is a figure, not a goal; the last row is a sanity "
             "check a correct planner passes by construction, not a goal.\n", placement_table, "",
+            _at_the_ends(placement, checks, span_ends or {}),
             headline(rows, placement["fill"], clusters, placement["records"]),
             f"![JCT of 8+ GPU jobs relative to the ideal bound]({images_by_name['jct_at_0.9.png']})\n",
             _setup(placement, clusters),
@@ -170,9 +171,11 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "sections (placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, "
         "throughput, recovery, capacity, or `speed` for the six speed benches) and keeps the others' "
         "results; `--render-only` measures nothing and re-renders everything from the JSON. A new "
-        "throughput run that changes the measured profile asks for its numbers in bench/sim/model.py (the "
-        "section above says so), "
-        "then `--only placement` re-runs the comparison with them. `python -m bench.run --quick` is the "
+        f"throughput run ({throughput_section.COMMAND}, {throughput_section.estimate_s() / 3600:.1f} hours, "
+        "root, under the heavy-test lock) whose fit differs asks for its FITTED_COMM in bench/sim/model.py "
+        "(its section says so); then `--only placement` re-runs the comparison with them, and `--only "
+        "placement --span-cost low` and `--span-cost high` re-judge the goals at the ends of its interval "
+        "(about 4 min each on a quiet machine). `python -m bench.run --quick` is the "
         "smoke run the test suite makes (small clusters, one seed, no throughput or recovery jobs; it writes "
         "to bench/results/quick/ "
         "and never touches docs/).\n"]
@@ -205,6 +208,41 @@ def _setup(placement: Mapping[str, Any], clusters: Sequence[str]) -> str:
         "Policies: " + "; ".join(f"**{label(p)}**" for p in ordered(sorted({r['policy'] for r in
                                                                           placement['records']}))) + ".\n",
     ])
+
+
+def _at_the_ends(placement: Mapping[str, Any], checks: Sequence[Mapping[str, Any]],
+                 ends: Mapping[str, Any]) -> str:
+    """The placement goals re-judged at the low and high ends of the span cost's 95% interval, beside the
+    median's (the table above): does any verdict move?"""
+    used = (placement.get("span_cost") or {}).get("one_node_job_on", {})
+    shown = [e for e in ("low", "high") if e in ends
+             and (ends[e].get("span_cost") or {}).get("one_node_job_on") == model.SPAN_COST_ENDS[e].summary()[
+                 "one_node_job_on"]]
+    stale = [e for e in ("low", "high") if e in ends and e not in shown]
+    command = "`python -m bench.run --only placement --span-cost low` (and `high`)"
+    if not shown:
+        note = f" (stored runs at {', '.join(stale)} were simulated under another span cost)" if stale else ""
+        return (f"**At the ends of the span cost's interval**: not run yet{note}: {command}, "
+                "about 4 min each on a quiet machine.\n")
+    what = [c for c in checks if c["what"] in {x["what"] for e in shown for x in ends[e]["checks"]}]
+
+    def cell(check: Mapping[str, Any]) -> str:
+        plain = {True: "**met**", False: "**not met**", None: "figure"}[check["met"]]
+        verdict = check.get("verdict") or plain
+        return f"{check['value']}: {verdict}"
+
+    header = ["", f"median ({used.get('2', 0):.3f}x on 2 nodes; the table above)",
+              *[f"{e} end ({ends[e]['span_cost']['one_node_job_on']['2']:.3f}x on 2 nodes; "
+                f"{ends[e]['run'].get('date', '?')})" for e in shown]]
+    body = [[c["what"], cell(c), *[next((cell(x) for x in ends[e]["checks"] if x["what"] == c["what"]), "")
+                                   for e in shown]] for c in what]
+    moved = [c["what"] for c in what if any(
+        next((x["met"] for x in ends[e]["checks"] if x["what"] == c["what"]), c["met"]) != c["met"]
+        for e in shown)]
+    said = ("No verdict changes across the interval." if not moved else
+            "Verdicts that change within the interval: " + "; ".join(moved) + ".")
+    return (f"**At the ends of the span cost's interval** ({command}; the span cost's fit is in section "
+            f"\"{throughput_section.TITLE}\"): {said}\n\n" + table(header, body) + "\n")
 
 
 def _span_used(placement: Mapping[str, Any]) -> str:

@@ -151,9 +151,10 @@ def _links(result: Result) -> str:
                         for ranks, sizes in inside["bytes_per_s"].items())
         rates = ", ".join(f"{link['name']}: {_mbps(link['payload_bytes_per_s'])} of TCP payload "
                           f"(`--node-link {link['node_link']}`)" for link in shaped)
+        each = result["in_node"].get("repeats", "?")
         return (f"**Node links, and how they were set.** First, in the same run, the one-node jobs without a "
-                f"node link ({result['in_node'].get('repeats', '?')} run(s) of each) measured their all-reduce's "
-                f"bus bandwidth (2(n-1)/n of the gradient over the all-reduce time, median over the runs): "
+                f"node link ({each} run(s) of each) measured their all-reduce's bus bandwidth"
+                " (2(n-1)/n of the gradient over the all-reduce time, median over the runs): "
                 f"{per}. The slowest, {_mbps(inside['slowest_bytes_per_s'])}, sets the links: {rates}; so "
                 "every shaped link is slower than the in-node path of every job measured, and a shaped "
                 "column measures the network. Only the rate is emulated (no netem on this kernel).")
@@ -168,9 +169,9 @@ def _links(result: Result) -> str:
                  "slower of its gradient sizes, median of its runs)")
         text += ("; a node link faster than that - " + ", ".join(
             f"{link['name']} ({_mbps(tcp / link['ratio'])})" for link in slower)
-            + " - is not the bottleneck, so its column does not measure the network, and 1:20 of TCP is "
-              f"1:{tcp / 20 and slowest / (tcp / 20):.1f} of the all-reduce, not 1:20. The bench now sets "
-              "links from the in-node all-reduce." if slower and tcp else ".")
+            + " - is not the bottleneck, so its column does not measure the network; and its 1:20 is "
+              f"1:{20 * slowest / tcp:.1f} of the all-reduce, not 1:20. The bench now sets links from the "
+              "in-node all-reduce." if slower and tcp else ".")
     return text
 
 
@@ -195,6 +196,7 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
         return f"The span cost's fit needs one-node and multi-node runs at {link}: {error}."
     stand_in = result.get("format") != 2
     nodes = sorted(found.comm)
+    ranks = " and ".join(f"{r}-rank" for r in sc.rank_counts([r for r in runs if r["link"] == link]))
     comm = "; ".join(f"{k} node{'s' if k > 1 else ''} {c.median:.3f} [{c.low:.3f}, {c.high:.3f}] "
                      f"(n={found.runs[k]})" for k, c in found.comm.items())
     slow = "; ".join(f"{k} nodes {s.median:.3f}x [{s.low:.3f}, {s.high:.3f}]"
@@ -216,7 +218,7 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
     return (
         f"**The simulator's span cost, fitted** (bench/sim/span_calibration.fit, bench/sim/model.py "
         f"FITTED_COMM). {label}At {link}, comm(k) - exposed communication as a share of compute, the median "
-        f"over every run on k nodes, 4- and 8-rank alike - with its 95% bootstrap interval "
+        f"over every run on k nodes ({ranks} jobs alike) - with its 95% bootstrap interval "
         f"({found.resamples:,} resamples of each cell's {found.repeats[0]}-{found.repeats[1]} repetitions): "
         f"{comm}. A one-node job on k nodes then runs (1 + comm(k)) / (1 + comm(1)) as long: {slow}. "
         f"{match} Past {nodes[-1]} nodes the model holds the last value (a ring crosses each node's link "
