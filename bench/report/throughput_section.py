@@ -17,12 +17,12 @@ Result = Mapping[str, Any]
 TITLE = "Training throughput per placement, over emulated node links"
 COMMAND = "python -m bench.run --only throughput"
 #: One job's wall time (seconds) by rank count and link setting, for the full run's estimate: the 2026-11-24
-#: run's 4-rank jobs took 36-69 s (median 46 s) at 12 s per gradient size, its 1-GPU job 24 s; at 1:20 of the
-#: in-node all-reduce a step of the 100 MB gradient takes several seconds and at least 4 are measured, and
-#: 8 ranks on 2 cores start and compute about twice as slowly as 4 (the smoke run of 2026-11-26 and the
-#: demo's 6-rank start-up: about 2.5 s of CPU per rank to import the framework).
-JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 50.0, (4, "1:20"): 100.0,
-         (8, "unshaped"): 75.0, (8, "1:5"): 85.0, (8, "1:20"): 160.0}
+#: run's 4-rank jobs took 36-69 s (median 46 s) at 12 s per gradient size, its 1-GPU job 24 s. At 1:20 of an
+#: in-node all-reduce of ~200-400 MB/s a node link carries 10-20 MB/s, and a ring step of the 100 MB gradient
+#: sends 2(n-1)/n of it over each link: 8-17 s a step, 6 steps at least (2 warm-up, 4 measured). 8 ranks on
+#: 2 cores start and compute about twice as slowly as 4 (about 2.5 s of CPU per rank to import the framework).
+JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 55.0, (4, "1:20"): 120.0,
+         (8, "unshaped"): 75.0, (8, "1:5"): 90.0, (8, "1:20"): 200.0}
 #: the cells of the full run by rank count: bench/measure/throughput.SPLITS
 SPLITS_PER_RANKS = {4: 5, 8: 4}
 REPEATS, CALIBRATION_REPEATS = 5, 3

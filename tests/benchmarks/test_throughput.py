@@ -20,7 +20,7 @@ from bench.sim import span_calibration as sc
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPUTE = 0.4
-#: comm(k), the exposed share of compute on k nodes, at each link setting (25 MB; 100 MB exposes 4 times as much)
+#: comm(k), the exposed share of compute on k nodes, at each link setting (both gradient sizes alike)
 SHARE = {"unshaped": {1: 0.25, 2: 0.3, 3: 0.3, 4: 0.35, 8: 0.35}, "1:20": {1: 0.25, 2: 1.25, 3: 1.5, 4: 1.5,
                                                                              8: 1.75}}
 SPLITS = {4: ((4,), (3, 1), (2, 2), (2, 1, 1), (1, 1, 1, 1)), 8: ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8)}
@@ -54,7 +54,7 @@ def fake_result(repeats: int = 5) -> dict[str, Any]:
             "every_run": runs, "seconds_per_size": 12.0, "fit_link": "1:20", "took_s": 9000.0}
 
 
-# ---- what one job says ---------------------------------------------------------------------------------------
+# ---- what one job says -------------------------------------------------------------------------------------
 
 def test_the_split_is_read_from_the_managers_plan_line() -> None:
     log = ("2026-11-24T12:28:23.001Z distributetrain: plan (attempt 1): 4 GPU(s) as 2 on node-3, "
@@ -208,7 +208,8 @@ def test_the_interval_resamples_repetitions_within_a_cell() -> None:
 
 def test_the_model_takes_comm_per_node_count_monotone_interpolated_and_flat_past_the_last() -> None:
     cost = model.span_cost_from_comm({1: 0.2, 2: 1.0, 3: 0.9, 4: 1.2, 8: 2.0})
-    assert [round(cost.comm(k), 6) for k in range(1, 11)] == [0.2, 1.0, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.0, 2.0]
+    comm = [round(cost.comm(k), 6) for k in range(1, 11)]
+    assert comm == [0.2, 1.0, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.0, 2.0]
     assert cost.slowdown(2, 1) == pytest.approx(2.0 / 1.2)
     assert cost.slowdown(4, 2) == pytest.approx(2.2 / 2.0)
     flat = model.span_cost_from_comm({1: 0.3, 2: 0.3})
@@ -219,7 +220,7 @@ def test_the_model_takes_comm_per_node_count_monotone_interpolated_and_flat_past
 
 
 def test_the_simulators_span_cost_is_the_stored_runs_fit() -> None:
-    """bench/sim/model.py's FITTED_COMM is what the stored throughput run fits (re-measured: copy it there)."""
+    """bench/sim/model.py's FITTED_COMM is what the stored throughput run fits (re-measured: copy it)."""
     speed = ROOT / "bench" / "results" / "speed.json"
     result = json.loads(speed.read_text()).get("throughput") if speed.exists() else None
     if not result or "every_run" not in result:
@@ -230,7 +231,7 @@ def test_the_simulators_span_cost_is_the_stored_runs_fit() -> None:
         assert sorted(fitted) == sorted(model.FITTED_COMM[end])
         assert [fitted[k] for k in sorted(fitted)] == pytest.approx(
             [model.FITTED_COMM[end][k] for k in sorted(fitted)], abs=0.0005)
-    assert model.FIT_IS_STAND_IN == (result.get("format") != 2)
+    assert (result.get("format") != 2) == model.FIT_IS_STAND_IN
     assert model.SPAN_COST.slowdown(2, 1) == pytest.approx(found.slowdown[2].median, abs=0.001)
     low, high = (model.SPAN_COST_ENDS[end].slowdown(2, 1) for end in ("low", "high"))
     assert low <= model.SPAN_COST.slowdown(2, 1) <= high
@@ -243,10 +244,11 @@ def test_the_borrowed_and_the_2017_span_costs_are_kept_for_comparison() -> None:
     assert cost.comm_cross == pytest.approx(((1 / 0.9 - 1) + (1 / 0.68 - 1)) / 2)
     assert cost.comm_cross / cost.comm_in == pytest.approx(230 / 74)
     assert [round(cost.slowdown(k, 1), 3) for k in (2, 3, 4)] == [1.18, 1.241, 1.271]
-    assert [round(model.BORROWED_SPAN_COST.slowdown(k, 1), 3) for k in (2, 3, 4, 8)] == [1.192, 1.192, 1.193, 1.193]
+    borrowed = [round(model.BORROWED_SPAN_COST.slowdown(k, 1), 3) for k in (2, 3, 4, 8)]
+    assert borrowed == [1.192, 1.192, 1.193, 1.193]
 
 
-# ---- the report ---------------------------------------------------------------------------------------------
+# ---- the report -------------------------------------------------------------------------------------------
 
 def _render(tmp_path: Path, result: dict[str, Any]) -> str:
     (tmp_path / "speed.json").write_text(json.dumps({"throughput": result}))
@@ -294,7 +296,12 @@ def test_an_older_two_pass_result_renders_as_a_labelled_stand_in(tmp_path: Path)
 
 
 def test_the_full_run_estimate_counts_every_job() -> None:
-    expected = 5 * (25 + 5 * (46 + 50 + 100) + 4 * (75 + 85 + 160)) + 3 * (46 + 75)
+    job = throughput_section.JOB_S
+    four = job[(4, "unshaped")] + job[(4, "1:5")] + job[(4, "1:20")]
+    eight = job[(8, "unshaped")] + job[(8, "1:5")] + job[(8, "1:20")]
+    # 5 passes of the baseline, 5 four-rank and 4 eight-rank splits at 3 links; 3 calibration runs of [4], [8]
+    calibration = 3 * (job[(4, "unshaped")] + job[(8, "unshaped")])
+    expected = 5 * (job[(1, "baseline")] + 5 * four + 4 * eight) + calibration
     assert throughput_section.estimate_s() == pytest.approx(expected)
 
 
