@@ -21,8 +21,10 @@ COMMAND = "python -m bench.run --only throughput"
 #: in-node all-reduce of ~200-400 MB/s a node link carries 10-20 MB/s, and a ring step of the 100 MB gradient
 #: sends 2(n-1)/n of it over each link: 8-17 s a step, 6 steps at least (2 warm-up, 4 measured). 8 ranks on
 #: 2 cores start and compute about twice as slowly as 4 (about 2.5 s of CPU per rank to import the framework).
+#: The smoke run (2026-11-26, load average 7-9): [4] 17-19 s and [2,2] at 1:20 34 s with one 3 s window of the
+#: 25 MB gradient (2.9 s a step over a 16 MB/s link).
 JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 55.0, (4, "1:20"): 120.0,
-         (8, "unshaped"): 75.0, (8, "1:5"): 90.0, (8, "1:20"): 200.0}
+         (8, "unshaped"): 75.0, (8, "1:5"): 90.0, (8, "1:20"): 160.0}
 #: the cells of the full run by rank count: bench/measure/throughput.SPLITS
 SPLITS_PER_RANKS = {4: 5, 8: 4}
 REPEATS, CALIBRATION_REPEATS = 5, 3
@@ -208,8 +210,9 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
                for e in held for k in held[e])
     match = ("bench/sim/model.py holds these values (FITTED_COMM), and the simulator charges them." if same
              else f"**bench/sim/model.py holds other values ({held['median']}): copy FITTED_COMM = {stored} "
-                  "there, set FIT_IS_STAND_IN, and re-run the placement comparison at the median and both "
-                  "ends (`python -m bench.run --only placement --span-cost low --out DIR`, and `high`).**")
+                  f"there (FIT_IS_STAND_IN = {stand_in}), and re-run the placement comparison at the median "
+                  "and both ends (`python -m bench.run --only placement`, then the same with `--span-cost "
+                  "low` and `--span-cost high`).**")
     cost = model.SPAN_COST
     label = ("**Stand-in.** This fit is from the only throughput run stored so far, two passes per cell, "
              "one rank count, links from raw TCP (its 1:20 is about 1:3 of the in-node all-reduce): its "
