@@ -171,10 +171,11 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "sections (placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, "
         "throughput, recovery, capacity, or `speed` for the six speed benches) and keeps the others' "
         "results; `--render-only` measures nothing and re-renders everything from the JSON. A new "
-        f"throughput run ({throughput_section.COMMAND}, {throughput_section.estimate_s() / 3600:.1f} hours, "
-        "root, under the heavy-test lock) whose fit differs asks for its FITTED_COMM in bench/sim/model.py "
-        "(its section says so); then `--only placement` re-runs the comparison with them, and `--only "
-        "placement --span-cost low` and `--span-cost high` re-judge the goals at the ends of its interval "
+        f"throughput run (`{throughput_section.COMMAND}`, "
+        f"{throughput_section.estimate_s() / 3600:.1f} hours, root, under the heavy-test lock) whose fit "
+        "differs asks for its FITTED_COMM in bench/sim/model.py (its section says so); then `--only "
+        "placement` re-runs the comparison with them, and `--only placement --span-cost low` and "
+        "`--span-cost high` re-judge the goals at the ends of its interval "
         "(about 4 min each on a quiet machine). `python -m bench.run --quick` is the "
         "smoke run the test suite makes (small clusters, one seed, no throughput or recovery jobs; it writes "
         "to bench/results/quick/ "
@@ -286,11 +287,11 @@ def _method() -> str:
 - **Span cost** (`bench/sim/model.py`, `SpanCost`): a data-parallel step is compute plus exposed all-reduce,
   comm(k) as a share of compute on k nodes; a job on k nodes whose size needs k0 on an empty cluster runs
   (1 + comm(k)) / (1 + comm(k0)) times as long. comm(k) is fitted from the throughput runs (section
-  "{throughput_section.TITLE}"){stand_in}: at node links of 1/{model.FIT_LINK_RATIO},
-  comm(1) = {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f},
-  comm(4 or more) = {cost.comm(4):.3f}
-  (held past the nodes measured: a ring crosses each node's link once per direction however many nodes it
-  spans; a dip is held at the value before it). Per extra node: {_steps(cost)}; a 64-GPU job spread over 16
+  "{throughput_section.TITLE}"){stand_in}: at node links of 1/{model.FIT_LINK_RATIO}, comm(1) =
+  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4 or more) =
+  {cost.comm(4):.3f} (held past the nodes measured: a ring crosses each node's link once per direction
+  however many nodes it spans; a dip is held at the value before it). Per extra node: {_steps(cost)}; a
+  64-GPU job spread over 16
   nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. The 95% interval of the fit runs from
   {_steps(low)} to {_steps(high)}; section "Placement quality: the goals" gives the verdicts at both ends.
   The magnitude is this machine's
