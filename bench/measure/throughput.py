@@ -185,15 +185,25 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
     cells: list[tuple[Mapping[str, Any] | None, tuple[int, ...]]] = [(None, BASELINE)] if baseline else []
     cells += [(link, split) for link in links for ranks in splits for split in splits[ranks]]
     order = span_calibration.schedule(list(range(len(cells))), repeats)
-    every = []
+    every: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for done, (repeat, index) in enumerate(order):
         link, split = cells[index]
-        every.append(job(split, link, repeat, str(link["name"]) if link else span_calibration.BASELINE))
+        name = str(link["name"]) if link else span_calibration.BASELINE
+        try:
+            every.append(job(split, link, repeat, name))
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            # one job lost (a cluster that did not start, a timeout) costs its cell one repetition, not the
+            # hours of runs before it; the report shows each cell's n and lists what failed
+            said = str(error)
+            failed.append({"link": name, "split": list(split), "repeat": repeat, "error": said[-2000:]})
+            progress(f"throughput: {name} {list(split)} failed (repetition {repeat + 1}): {said[-300:]}")
         left = (time.monotonic() - started) / (done + 1 + len(calibration)) * (len(order) - done - 1)
         progress(f"throughput: {done + 1}/{len(order)} runs, about {left / 60:.0f} min left")
     return {"format": 2, "cores": len(os.sched_getaffinity(0)), "ranks": list(splits),
             "in_node": {**in_node, "runs": calibration, "repeats": calibration_repeats},
-            "links": links, "repeats": repeats, "every_run": every, "gradient_mb": list(sizes),
+            "links": links, "repeats": repeats, "every_run": every, "failed_runs": failed,
+            "gradient_mb": list(sizes),
             "seconds_per_size": seconds, "fit_link": span_calibration.link_name(model.FIT_LINK_RATIO),
             "took_s": round(time.monotonic() - started, 1)}
 

@@ -96,6 +96,11 @@ def section(result: Result | None, provenance: str, image: str | None) -> str:
                          *[_cell(c["steps_per_s"][mb]) if c else "" for c in cells for mb in sizes],
                          *[_cell(c["comm_share"]) if c and c["comm_share"] else "" for c in cells]])
         parts += [table(header, body), ""]
+    failed = result.get("failed_runs") or []
+    if failed:
+        parts += [f"**Runs that failed** ({len(failed)}; their cells have fewer repetitions): " + "; ".join(
+            f"{f['link']} {_split(f['split'])} repetition {f['repeat'] + 1}: {f['error'][-160:]}"
+            for f in failed) + ".", ""]
     noise = _noise(result, runs)
     if noise:
         parts += [noise, ""]

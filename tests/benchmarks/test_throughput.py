@@ -102,6 +102,28 @@ def test_links_are_set_from_the_slowest_in_node_all_reduce_not_from_tcp() -> Non
         sc.in_node_bus_bandwidth([one_node(1, {"25": 0.1})])
 
 
+def test_a_failed_job_costs_its_cell_one_repetition_not_the_run(tmp_path: Path) -> None:
+    calls: list[tuple[int, ...]] = []
+
+    def job(split: tuple[int, ...], *, node_link: str, sizes: Sequence[float],
+            seconds: float) -> dict[str, Any]:
+        calls.append(split)
+        if split == (2, 2) and calls.count(split) == 1:
+            raise RuntimeError("the 4-GPU job on [2, 2] exited with 1")
+        return {"split": list(split), "node_link": node_link, "job_wall_s": 1.0,
+                "sizes": {"25": {**_size(0.5), "allreduce_s_median": 0.1}}}
+
+    result = throughput.measure(splits={4: ((4,), (2, 2))}, ratios=(20,), sizes=(25,), seconds=1.0,
+                                repeats=2, calibration_repeats=1, baseline=False, run=job,
+                                progress=lambda _: None)
+    assert [(f["split"], f["repeat"]) for f in result["failed_runs"]] == [([2, 2], 0)]
+    assert [(r["split"], r["repeat"]) for r in result["every_run"]] == [([4], 0), ([2, 2], 1), ([4], 1)]
+    section = _render(tmp_path, {**result, "cores": 2})
+    assert "**Runs that failed** (1; their cells have fewer repetitions): 1:20 [2,2] repetition 1: the " \
+        "4-GPU job on [2, 2] exited with 1." in section
+    assert "| [2,2] | 1 |" in section
+
+
 def test_measure_calibrates_first_then_sets_the_links_and_interleaves_the_cells() -> None:
     made: list[tuple[tuple[int, ...], str]] = []
 
