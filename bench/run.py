@@ -3,7 +3,7 @@ bench/results/, and docs/benchmarks.md.
 
 Sections: `placement` (the trace simulation, bench/sim/), six speed benches (bench/measure/: planner_speed,
 apiserver, manager_overhead, scale, demo_phases, preflight), `throughput` (bench/measure/throughput.py:
-Horovod jobs on the local cluster's node links, ~30 min, root; it calibrates the simulator's span cost,
+Horovod jobs on the local cluster's node links, about 3 hours, root; it fits the simulator's span cost,
 bench/sim/model.py), `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a restart
 job, ~6 min, root) and `capacity` (bench/measure/capacity.py: a GPU pool that scales from zero, ~1 min, root;
 two jobs through one Kueue queue); each measured section is a module bench/measure/NAME.py exposing
@@ -17,7 +17,8 @@ Examples:
   python -m bench.run                               # everything
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
   python -m bench.run --only speed                  # the six speed benches, keep placement
-  python -m bench.run --only throughput             # Horovod over node links (quiet machine, root)
+  python -m bench.run --only throughput             # Horovod over node links (quiet machine, root, ~3 h)
+  python -m bench.run --only placement --span-cost low  # the goals at the low end of the span interval
   python -m bench.run --only recovery               # lost workers: elastic and restart jobs (root)
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results
 """
@@ -132,7 +133,8 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
         images.append(plots.throughput(throughput_rows, img / THROUGHPUT_PLOT))
     rendered = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     text, verdicts = document.render(doc=doc, rendered=rendered, placement=results.placement, rows=rows,
-                                     images=images, speed=results.speed, runs=results.runs, quick=quick)
+                                     images=images, speed=results.speed, runs=results.runs, quick=quick,
+                                     span_ends=results.span_ends)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
     if docs_root is not None:
@@ -141,6 +143,19 @@ def render(out: Path, doc: Path, img: Path, *, quick: bool, redraw: bool,
     (out / "summary.json").write_text(json.dumps({"rendered": rendered, "goals": verdicts}, indent=1,
                                                  default=str))
     return verdicts
+
+
+def span_end_record(placement: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """What a placement run at one end of the span cost's interval is kept as: the span cost it ran under,
+    its goals' verdicts (the report's placement checks), and when and how it ran."""
+    from bench.report.goals import goals, placement_checks
+    from bench.sim import metrics
+
+    rows = metrics.aggregate(placement["records"])
+    clusters = sorted({r["cluster"] for r in rows}, key=lambda c: (c.split("-")[1] != "small", c))
+    _, verdicts = goals(rows, clusters, placement["records"])
+    return {"span_cost": placement.get("span_cost"), "checks": placement_checks(verdicts["derived"]),
+            "run": meta}
 
 
 ONLY_HELP = ("run only these sections, comma-separated or repeated: placement (the trace simulation), "
@@ -161,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="the Markdown report (default docs/benchmarks.md, or "
                                                      "OUT/benchmarks.md with --quick or --out)")
     parser.add_argument("--workers", type=int, default=None, help="processes for the simulator (default 2)")
+    parser.add_argument("--span-cost", choices=("low", "median", "high"), default="median",
+                        help="placement only: simulate under the fitted span cost's median (default) or "
+                             "the low or high end of its 95%% interval (bench/sim/model.py, "
+                             "SPAN_COST_ENDS); at an end, only its goals' verdicts are stored "
+                             "(placement_span_ends.json), beside the median's run, which stays")
     parser.add_argument("--only", action="append", metavar="SECTION[,SECTION...]", help=ONLY_HELP)
     parser.add_argument("--render-only", action="store_true",
                         help="measure nothing: rewrite the report (and the blocks in docs/planner.md and "
@@ -192,9 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from bench.sim.experiment import run_all
 
             print("placement: simulating traces", flush=True)
-            placement = run_all(args.quick, workers=args.workers)
-            store.save_placement(out, placement, metrics.aggregate(placement["records"]))
-            metas[store.PLACEMENT] = _run_meta(command, time.monotonic() - started)
+            placement = run_all(args.quick, workers=args.workers, span_end=args.span_cost)
+            if args.span_cost != "median":
+                # an end of the interval: its verdicts beside the stored median run, which stays
+                store.save_span_end(out, args.span_cost, span_end_record(
+                    placement, _run_meta(command, time.monotonic() - started)))
+            else:
+                store.save_placement(out, placement, metrics.aggregate(placement["records"]))
+                metas[store.PLACEMENT] = _run_meta(command, time.monotonic() - started)
             print(f"placement: done in {time.monotonic() - started:.0f} s", flush=True)
         names = [s for s in sections if s in store.MEASURED]
         if names:

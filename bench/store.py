@@ -62,6 +62,8 @@ class Results:
     placement: dict[str, Any] | None = None
     speed: dict[str, Any] = field(default_factory=dict)
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the placement goals re-judged at the ends of the span cost's interval (SPAN_ENDS_FILE), by end
+    span_ends: dict[str, Any] = field(default_factory=dict)
 
 
 def save_placement(out: Path, placement: Mapping[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -74,6 +76,19 @@ def save_placement(out: Path, placement: Mapping[str, Any], rows: list[dict[str,
     (out / "placement_meta.json").write_text(json.dumps(
         {"traces": placement["traces"], "jobs_simulated": placement["jobs_simulated"],
          "span_cost": placement.get("span_cost")}))
+
+
+SPAN_ENDS_FILE = "placement_span_ends.json"
+
+
+def save_span_end(out: Path, end: str, record: Mapping[str, Any]) -> None:
+    """Keep the placement goals' verdicts of a run at one end of the fitted span cost's interval (`bench.run
+    --only placement --span-cost low|high`) beside the stored median run, which it does not replace."""
+    path = out / SPAN_ENDS_FILE
+    ends: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    ends[end] = dict(record)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(ends.items())), indent=1, default=str))
 
 
 def save_speed(out: Path, results: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,7 +132,8 @@ def load(out: Path) -> Results:
                      "span_cost": counts.get("span_cost")}
     speed = json.loads((out / "speed.json").read_text()) if (out / "speed.json").exists() else {}
     runs = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else {}
-    return Results(placement=placement, speed=speed, runs=runs)
+    ends = json.loads((out / SPAN_ENDS_FILE).read_text()) if (out / SPAN_ENDS_FILE).exists() else {}
+    return Results(placement=placement, speed=speed, runs=runs, span_ends=ends)
 
 
 def _write_gzipped_json(path: Path, value: Any) -> None:

@@ -1,21 +1,33 @@
 """`python -m bench.measure.throughput [--smoke]`: training throughput per placement, over the node links the
 local cluster emulates (`localcluster up --node-link`).
 
-For each link setting - unshaped, and node links carrying 1/5 and 1/20 of the TCP bandwidth measured between
-two pods of one node - and each split a 4-GPU job can get ([4], [3,1], [2,2], [2,1,1], [1,1,1,1]), a local
-cluster with pods as processes whose nodes hold exactly those GPUs runs a 4-GPU job through the product's
-own `distributetrain run`: the planner's split (checked against the one wanted), sshd workers and a chief
-running horovodrun, in the demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank
-runs bench/measure/throughput_rank.py: a fixed compute step plus `hvd.allreduce` of a 25 MB and a 100 MB
-gradient, pinned to core `rank % cores`. A 1-GPU job on one node is the one-process baseline.
+Cells: each split a 4-GPU job can get ([4], [3,1], [2,2], [2,1,1], [1,1,1,1]) and each an 8-GPU job can get
+in powers of two ([8], [4,4], [2,2,2,2], [1]*8: 1, 2, 4 and 8 nodes; the 3-node case is the 4-rank job's),
+at each link setting - no node link, and node links carrying 1/5 and 1/20 of the in-node all-reduce's bus
+bandwidth - plus a 1-GPU job on one node, the one-process baseline. A run is a local cluster with pods as
+processes whose nodes hold exactly the split's GPUs, and a job through the product's own `distributetrain
+run`: the planner's split (checked against the one wanted), sshd workers and a chief running horovodrun, in
+the demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank runs
+bench/measure/throughput_rank.py: a fixed compute step plus `hvd.allreduce` of a 25 MB and a 100 MB
+gradient, pinned to core `rank % cores`.
 
-This machine has few cores: with 4 ranks on 2, two ranks share each core in every split alike (rank r on core
-r % 2), so the splits differ only in the network between the ranks. Scaling efficiency is reported against
-one process, and the compute part of each step shows what the shared cores cost.
+The order, and what is kept:
+1. The one-node 4- and 8-rank jobs without a node link run first (CALIBRATION_REPEATS each): the slowest
+   median bus bandwidth of their all-reduce sets the node links (1:5 and 1:20 of it), so every shaped link
+   is slower than the in-node path of every job measured and a shaped column measures the network (raw TCP
+   between two pods, which this bench used before, is several times faster than the 4 ranks' all-reduce on
+   2 cores: its 1:5 link was not the bottleneck).
+2. Every cell then runs REPEATS times, round robin (bench/sim/span_calibration.schedule: pass by pass, every
+   cell once per pass, alternate passes backwards), so a busy spell of this shared machine falls on every
+   cell alike. Every run is kept; the report gives each cell's median, interquartile range and n, and fits
+   the simulator's span cost with a bootstrap interval (bench/sim/span_calibration.fit).
 
-`main(quick)` is what bench/run.py calls (section `throughput`); quick mode and non-root skip it. Results are
-rendered by bench/report/throughput_section.py and plotted by bench/report/plots.py;
-bench/sim/span_calibration.py turns them into the placement simulator's span cost (bench/sim/model.py).
+This machine has few cores: with 4 or 8 ranks on 2, ranks share each core in every split of a job alike
+(rank r on core r % 2), so the splits of one job differ only in the network between the ranks.
+
+`main(quick)` is what bench/run.py calls (section `throughput`); quick mode and non-root skip it. The whole
+run takes about 3 hours (ESTIMATE in docs/benchmarks.md, from the runs' own durations); `--smoke` a few
+minutes. Results are rendered by bench/report/throughput_section.py and plotted by bench/report/plots.py.
 """
 
 from __future__ import annotations
@@ -29,59 +41,42 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+from bench.sim import model, span_calibration
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RANK_SCRIPT = Path(__file__).resolve().with_name("throughput_rank.py")
 IMAGE = "distributetrain/base:0.1.0"
-SPLITS: tuple[tuple[int, ...], ...] = ((4,), (3, 1), (2, 2), (2, 1, 1), (1, 1, 1, 1))
+#: per rank count, the splits run; 8 ranks in powers of two only, as a cluster of 8-GPU nodes would give them
+SPLITS: Mapping[int, tuple[tuple[int, ...], ...]] = MappingProxyType({
+    4: ((4,), (3, 1), (2, 2), (2, 1, 1), (1, 1, 1, 1)),
+    8: ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8),
+})
 BASELINE = (1,)
-#: None: no node link; N: the node link carries 1/N of the TCP bandwidth between two pods of one node
+#: None: no node link; N: the node link carries 1/N of the in-node all-reduce's bus bandwidth
 RATIOS: tuple[int | None, ...] = (None, 5, 20)
 GRADIENT_MB = (25, 100)
 SECONDS_PER_SIZE = 12.0
-REPEATS = 2
+REPEATS = 5
+CALIBRATION_REPEATS = 3
 JOB_TIMEOUT = 1200.0
 
-SINK = """
-import socket, threading
-def drain(conn):
-    buf = bytearray(1 << 20)
-    with conn:
-        while conn.recv_into(buf):
-            pass
-server = socket.create_server(("0.0.0.0", 5001), backlog=16)
-while True:
-    threading.Thread(target=drain, args=(server.accept()[0],), daemon=True).start()
-"""
-SEND = """
-import socket, sys, time
-conn = socket.create_connection((sys.argv[1], 5001), timeout=60)
-chunk, began = b"x" * (1 << 20), time.monotonic()
-for _ in range(int(sys.argv[2])):
-    conn.sendall(chunk)
-conn.shutdown(socket.SHUT_WR)
-conn.recv(1)
-print(int(sys.argv[2]) * (1 << 20) / (time.monotonic() - began), flush=True)
-"""
 _PLAN = re.compile(r"plan \(attempt \d+\): \d+ GPU\(s\) as (.*?); chief")
 _RESULT = re.compile(r"throughput_result=(\{.*\})")
 _PINNED = re.compile(r"rank=(\d+) size=\d+ core=(\d+) host=(\S+)")
 
 
-def ratio_name(ratio: int | None) -> str:
-    return "unshaped" if ratio is None else f"1:{ratio}"
-
-
-def link_for(intra_bytes_per_s: float, ratio: int) -> str:
-    """A node link (tc rate on the wire) whose TCP payload is `1/ratio` of the intra-node bandwidth."""
+def link_for(payload_bytes_per_s: float) -> str:
+    """A node link (tc rate on the wire) whose TCP payload is `payload_bytes_per_s`."""
     from localcluster import TCP_PAYLOAD_SHARE
 
-    return f"{max(1, round(intra_bytes_per_s * 8 / ratio / TCP_PAYLOAD_SHARE / 1e6))}mbit"
+    return f"{max(1, round(payload_bytes_per_s * 8 / TCP_PAYLOAD_SHARE / 1e6))}mbit"
 
 
 def planned_split(log: str) -> tuple[int, ...]:
@@ -117,25 +112,6 @@ def kubectl(kubeconfig: Path, *args: str, input: str | None = None, timeout: flo
     if done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} exited with {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout
-
-
-def intra_node_bandwidth(*, repeats: int = 5, mebibytes: int = 600) -> dict[str, Any]:
-    """TCP between two pods of one node (Python sockets, as the node-link tests measure): bytes per second,
-    the best of `repeats` transfers (other work on the machine only ever slows one down)."""
-    def pod(name: str, command: list[str]) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}],
-                         "containers": [{"name": "main", "image": "python:3.11-slim", "command": command}]}}
-
-    with cluster((1,)) as local:
-        docs = [pod("sink", [sys.executable, "-c", SINK]), pod("sender", ["sleep", "infinity"])]
-        kubectl(local.kubeconfig, "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
-        kubectl(local.kubeconfig, "wait", "--for=condition=Ready", "pod/sink", "pod/sender", "--timeout=120s")
-        sink = kubectl(local.kubeconfig, "get", "pod", "sink", "-o", "jsonpath={.status.podIP}")
-        time.sleep(1)  # the sink listens
-        rates = [float(kubectl(local.kubeconfig, "exec", "sender", "--", sys.executable, "-c", SEND, sink,
-                               str(mebibytes))) for _ in range(repeats)]
-    return {"bytes_per_s": max(rates), "each": rates}
 
 
 def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float],
@@ -174,50 +150,68 @@ def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float],
     return result
 
 
-def best(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Of several runs of one job, per gradient size the one with the shortest median step: other work on
-    this shared machine only ever makes a step longer."""
-    chosen = dict(runs[0])
-    chosen["sizes"] = {mb: min((r["sizes"][mb] for r in runs), key=lambda size: size["step_s_median"])
-                       for mb in runs[0]["sizes"]}
-    chosen["load_average_1m"] = min(r.get("load_average_1m", 0.0) for r in runs)
-    return chosen
-
-
-def measure(*, splits: Sequence[tuple[int, ...]] = SPLITS, ratios: Sequence[int | None] = RATIOS,
-            sizes: Sequence[float] = GRADIENT_MB, seconds: float = SECONDS_PER_SIZE, repeats: int = REPEATS,
-            progress: Any = print) -> dict[str, Any]:
-    """Every split at every link setting, `repeats` times (the second pass in the opposite order, so a busy
-    spell of the machine does not fall on the same runs); `runs` keeps the best of each (see `best`),
-    `every_run` all of them."""
+def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
+            ratios: Sequence[int | None] = RATIOS, sizes: Sequence[float] = GRADIENT_MB,
+            seconds: float = SECONDS_PER_SIZE, repeats: int = REPEATS,
+            calibration_repeats: int = CALIBRATION_REPEATS, baseline: bool = True,
+            progress: Callable[[str], None] = print, run: Callable[..., dict[str, Any]] | None = None,
+            ) -> dict[str, Any]:
+    """The in-node calibration, then every cell `repeats` times, interleaved (see the module's docstring);
+    every run kept in `every_run`, the calibration's in `in_node["runs"]`. `run` makes one job (default
+    `run_job`; the tests pass a model of it to check the order and the links)."""
+    run_one = run or run_job
     started = time.monotonic()
-    intra = intra_node_bandwidth()
-    progress(f"throughput: between two pods of one node {intra['bytes_per_s'] / 1e6:,.0f} MB/s")
-    links = [{"name": ratio_name(r), "ratio": r, "node_link": "" if r is None else link_for(
-        intra["bytes_per_s"], r)} for r in ratios]
-    every: dict[tuple[str, tuple[int, ...]], list[dict[str, Any]]] = {}
-    for repeat in range(repeats):
-        order = [(None, BASELINE)] + [(link, split) for link in links for split in splits]
-        for link, split in order if repeat % 2 == 0 else reversed(order):
-            load = round(os.getloadavg()[0], 1)
-            run = run_job(split, node_link=str(link["node_link"]) if link else "", sizes=sizes,
-                          seconds=seconds)
-            name = str(link["name"]) if link else "baseline"
-            run.update(link=name, load_average_1m=load, repeat=repeat)
-            every.setdefault((name, split), []).append(run)
-            steps = ", ".join(f"{mb} MB {r['steps_per_s']:.2f} steps/s" for mb, r in run["sizes"].items())
-            progress(f"throughput: {name} {list(split)}: {steps} (load {load}, pass {repeat + 1})")
-    runs = [best(every[(str(link["name"]), split)]) for link in links for split in splits]
-    return {"cores": len(os.sched_getaffinity(0)), "intra_node": intra, "links": links,
-            "baseline": best(every[("baseline", BASELINE)]), "runs": runs, "repeats": repeats,
-            "every_run": [run for found in every.values() for run in found], "gradient_mb": list(sizes),
-            "seconds_per_size": seconds, "took_s": round(time.monotonic() - started, 1)}
+
+    def job(split: tuple[int, ...], link: Mapping[str, Any] | None, repeat: int, name: str) -> dict[str, Any]:
+        load = round(os.getloadavg()[0], 1)
+        made = run_one(split, node_link=str(link["node_link"]) if link else "", sizes=sizes, seconds=seconds)
+        made.update(link=name, load_average_1m=load, repeat=repeat,
+                    started_s=round(time.monotonic() - started - made["job_wall_s"], 1))
+        steps = ", ".join(f"{mb} MB {r['steps_per_s']:.2f} steps/s" for mb, r in made["sizes"].items())
+        progress(f"throughput: {name} {list(split)}: {steps} (load {load}, repetition {repeat + 1}, "
+                 f"{made['job_wall_s']:.0f} s)")
+        return made
+
+    one_node = [(ranks,) for ranks in splits]
+    calibration = [job(split, None, repeat, "in-node") for repeat, split in
+                   span_calibration.schedule(one_node, calibration_repeats)]
+    in_node = span_calibration.in_node_bus_bandwidth(calibration)
+    slowest = float(in_node["slowest_bytes_per_s"])
+    shaped = ", ".join(f"1/{r}" for r in ratios if r is not None)
+    progress(f"throughput: in-node all-reduce bus bandwidth {slowest / 1e6:,.0f} MB/s (the slowest median of "
+             f"{', '.join(f'{r} ranks' for r in splits)}); node links at {shaped} of it")
+    links = [{**link, "node_link": "" if link["ratio"] is None else link_for(link["payload_bytes_per_s"])}
+             for link in span_calibration.link_rates(slowest, ratios)]
+    cells: list[tuple[Mapping[str, Any] | None, tuple[int, ...]]] = [(None, BASELINE)] if baseline else []
+    cells += [(link, split) for link in links for ranks in splits for split in splits[ranks]]
+    order = span_calibration.schedule(list(range(len(cells))), repeats)
+    every: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for done, (repeat, index) in enumerate(order):
+        link, split = cells[index]
+        name = str(link["name"]) if link else span_calibration.BASELINE
+        try:
+            every.append(job(split, link, repeat, name))
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            # one job lost (a cluster that did not start, a timeout) costs its cell one repetition, not the
+            # hours of runs before it; the report shows each cell's n and lists what failed
+            said = str(error)
+            failed.append({"link": name, "split": list(split), "repeat": repeat, "error": said[-2000:]})
+            progress(f"throughput: {name} {list(split)} failed (repetition {repeat + 1}): {said[-300:]}")
+        left = (time.monotonic() - started) / (done + 1 + len(calibration)) * (len(order) - done - 1)
+        progress(f"throughput: {done + 1}/{len(order)} runs, about {left / 60:.0f} min left")
+    return {"format": 2, "cores": len(os.sched_getaffinity(0)), "ranks": list(splits),
+            "in_node": {**in_node, "runs": calibration, "repeats": calibration_repeats},
+            "links": links, "repeats": repeats, "every_run": every, "failed_runs": failed,
+            "gradient_mb": list(sizes),
+            "seconds_per_size": seconds, "fit_link": span_calibration.link_name(model.FIT_LINK_RATIO),
+            "took_s": round(time.monotonic() - started, 1)}
 
 
 def main(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"skipped": "quick mode; `python -m bench.measure.throughput` measures it "
-                           "(needs root, ~30 min)"}
+        return {"skipped": "quick mode; `python -m bench.run --only throughput` measures it "
+                           "(needs root, about 3 hours)"}
     if os.geteuid() != 0:
         return {"skipped": "needs root (the process runtime's network namespaces and tc)"}
     return measure()
@@ -227,10 +221,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.measure.throughput", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true",
-                        help="a few minutes: [4] and [2,2], a 1:20 link only, the 25 MB gradient, 3 s each")
+                        help="a few minutes: [4] and [2,2] at a 1:20 link, 2 repetitions, one calibration "
+                             "run, no baseline, the 25 MB gradient, 3 s each")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
-    result = (measure(splits=((4,), (2, 2)), ratios=(20,), sizes=(25,), seconds=3.0, repeats=1)
+    result = (measure(splits={4: ((4,), (2, 2))}, ratios=(20,), sizes=(25,), seconds=3.0, repeats=2,
+                      calibration_repeats=1, baseline=False)
               if args.smoke else main(False))
     text = json.dumps(result, indent=1)
     if args.json:

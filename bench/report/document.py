@@ -51,7 +51,7 @@ def _rel(path: Path, doc: Path) -> str:
 
 def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, Any] | None,
            rows: Sequence[Any], images: Sequence[Path], speed: Mapping[str, Any], runs: Mapping[str, Any],
-           quick: bool) -> tuple[str, dict[str, Any]]:
+           quick: bool, span_ends: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """The report and the goals' verdicts. `runs` (runs.json) says when each section was measured; the
     sections may come from different runs."""
     parts: list[str] = ["# Benchmarks\n"]
@@ -87,6 +87,7 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
             "a check, under the issue's own rough model. Where we fall short it says so. The share of big "
             "jobs on the fewest nodes their size needs is a figure, not a goal; the last row is a sanity "
             "check a correct planner passes by construction, not a goal.\n", placement_table, "",
+            _at_the_ends(placement, checks, span_ends or {}),
             headline(rows, placement["fill"], clusters, placement["records"]),
             f"![JCT of 8+ GPU jobs relative to the ideal bound]({images_by_name['jct_at_0.9.png']})\n",
             _setup(placement, clusters),
@@ -170,9 +171,12 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "sections (placement, planner_speed, apiserver, manager_overhead, scale, demo_phases, preflight, "
         "throughput, recovery, capacity, or `speed` for the six speed benches) and keeps the others' "
         "results; `--render-only` measures nothing and re-renders everything from the JSON. A new "
-        "throughput run that changes the measured profile asks for its numbers in bench/sim/model.py (the "
-        "section above says so), "
-        "then `--only placement` re-runs the comparison with them. `python -m bench.run --quick` is the "
+        f"throughput run (`{throughput_section.COMMAND}`, "
+        f"{throughput_section.estimate_s() / 3600:.1f} hours, root, under the heavy-test lock) whose fit "
+        "differs asks for its FITTED_COMM in bench/sim/model.py (its section says so); then `--only "
+        "placement` re-runs the comparison with them, and `--only placement --span-cost low` and "
+        "`--span-cost high` re-judge the goals at the ends of its interval "
+        "(about 4 min each on a quiet machine). `python -m bench.run --quick` is the "
         "smoke run the test suite makes (small clusters, one seed, no throughput or recovery jobs; it writes "
         "to bench/results/quick/ "
         "and never touches docs/).\n"]
@@ -207,10 +211,46 @@ def _setup(placement: Mapping[str, Any], clusters: Sequence[str]) -> str:
     ])
 
 
+def _at_the_ends(placement: Mapping[str, Any], checks: Sequence[Mapping[str, Any]],
+                 ends: Mapping[str, Any]) -> str:
+    """The placement goals re-judged at the low and high ends of the span cost's 95% interval, beside the
+    median's (the table above): does any verdict move?"""
+    used = (placement.get("span_cost") or {}).get("one_node_job_on", {})
+    shown = [e for e in ("low", "high") if e in ends
+             and (ends[e].get("span_cost") or {}).get("one_node_job_on") == model.SPAN_COST_ENDS[e].summary()[
+                 "one_node_job_on"]]
+    stale = [e for e in ("low", "high") if e in ends and e not in shown]
+    command = "`python -m bench.run --only placement --span-cost low` (and `high`)"
+    if not shown:
+        note = f" (stored runs at {', '.join(stale)} were simulated under another span cost)" if stale else ""
+        return (f"**At the ends of the span cost's interval**: not run yet{note}: {command}, "
+                "about 4 min each on a quiet machine.\n")
+    what = [c for c in checks if c["what"] in {x["what"] for e in shown for x in ends[e]["checks"]}]
+
+    def cell(check: Mapping[str, Any]) -> str:
+        plain = {True: "**met**", False: "**not met**", None: "figure"}[check["met"]]
+        verdict = check.get("verdict") or plain
+        return f"{check['value']}: {verdict}"
+
+    header = ["", f"median ({used.get('2', 0):.3f}x on 2 nodes; the table above)",
+              *[f"{e} end ({ends[e]['span_cost']['one_node_job_on']['2']:.3f}x on 2 nodes; "
+                f"{ends[e]['run'].get('date', '?')})" for e in shown]]
+    body = [[c["what"], cell(c), *[next((cell(x) for x in ends[e]["checks"] if x["what"] == c["what"]), "")
+                                   for e in shown]] for c in what]
+    moved = [c["what"] for c in what if any(
+        next((x["met"] for x in ends[e]["checks"] if x["what"] == c["what"]), c["met"]) != c["met"]
+        for e in shown)]
+    said = ("No verdict changes across the interval." if not moved else
+            "Verdicts that change within the interval: " + "; ".join(moved) + ".")
+    return (f"**At the ends of the span cost's interval** ({command}; the span cost's fit is in section "
+            f"\"{throughput_section.TITLE}\"): {said}\n\n" + table(header, body) + "\n")
+
+
 def _span_used(placement: Mapping[str, Any]) -> str:
     """Which span cost the stored placement run was simulated under, and whether it is the one
     bench/sim/model.py charges now."""
-    used = (placement.get("span_cost") or {}).get("one_node_job_on")
+    recorded = placement.get("span_cost") or {}
+    used = recorded.get("one_node_job_on")
     now = model.SPAN_COST.summary()["one_node_job_on"]
     if used is None:
         return ("simulated before runs recorded their span cost: the 2017-derived model, a one-node job on 2 "
@@ -220,8 +260,10 @@ def _span_used(placement: Mapping[str, Any]) -> str:
     if used != now:
         return (f"simulated under {said}; bench/sim/model.py now charges {now['2']:.3f}x, {now['3']:.3f}x, "
                 f"{now['4']:.3f}x: re-run `python -m bench.run --only placement`")
-    return (f"{said}: the 2-node magnitude borrowed from the Horovod paper, its flat shape past 2 nodes "
-            "measured by the throughput runs below")
+    low, high = (model.SPAN_COST_ENDS[end].slowdown(2, 1) for end in ("low", "high"))
+    stand_in = " (a stand-in fit from the first throughput run's two passes)" if model.FIT_IS_STAND_IN else ""
+    return (f"{said}, fitted from the throughput runs below{stand_in}, 95% interval {low:.3f}x-{high:.3f}x "
+            "on 2 nodes; it replaces the Horovod paper's borrowed figure, 1.19x")
 
 
 def _steps(cost: model.SpanCost) -> str:
@@ -233,7 +275,9 @@ def _steps(cost: model.SpanCost) -> str:
 
 def _method() -> str:
     cost, old = model.SPAN_COST, model.DERIVED_2017_SPAN_COST
-    profile = ", ".join(f"{p:.2f}" for p in model.MEASURED_PROFILE)
+    low, high = model.SPAN_COST_ENDS["low"], model.SPAN_COST_ENDS["high"]
+    stand_in = (", for now a stand-in from the first run's two passes per cell at links set from raw TCP"
+                if model.FIT_IS_STAND_IN else "")
     return f"""## How the simulator works, and what it leaves out
 
 - **Queue**: strict first-come-first-served. Only the head of the queue may start; while it waits, everyone
@@ -241,20 +285,25 @@ def _method() -> str:
   behind reordering. A job starts as soon as enough GPUs are free in total: every policy here may split a job
   over any number of nodes, so fragmentation never blocks a start - it costs run time instead.
 - **Span cost** (`bench/sim/model.py`, `SpanCost`): a data-parallel step is compute plus exposed all-reduce,
-  comm(k) as a share of compute on k nodes. Its magnitude is borrowed, not measured: on 2 nodes the
-  simulator charges {cost.comm_cross:.2f}x compute, the mean of 1/0.9-1 and 1/0.68-1 from the Horovod paper's
-  (Sergeev and Del Balso, 2017) 90% and 68% scaling efficiency on 512 GPUs - many nodes, not two, on a 2017
-  network - so every span-cost figure below (a one-node job on 2 nodes ~1.19x) inherits that assumption.
-  How it spreads over node counts is measured (section "{throughput_section.TITLE}"): at node links of
-  1/{model.MEASURED_LINK_RATIO} of the in-node bandwidth, exposed communication on 1, 2, 3 and 4 nodes was
-  ({profile}) times the two-node one, so comm(1) = {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f},
-  comm(3) = {cost.comm(3):.3f}, comm(4 or more) = {cost.comm(4):.3f} (a ring crosses each node's link once
-  per direction however many nodes it spans). A job on k nodes whose size needs k0 on an empty cluster runs
-  (1 + comm(k)) / (1 + comm(k0)) times as long. Per extra node: {_steps(cost)}; a 64-GPU job spread over 16
-  nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. Before the measurement the model took
-  in-node communication from A100 bus bandwidths (~230 GB/s in a node, 57-91 GB/s across two:
-  {old.comm_in:.3f}) and a hierarchical all-reduce's growth 2(k-1)/k: {_steps(old)}. The issue's rough model
-  (a flat 30% per extra node) is run as a sensitivity check.
+  comm(k) as a share of compute on k nodes; a job on k nodes whose size needs k0 on an empty cluster runs
+  (1 + comm(k)) / (1 + comm(k0)) times as long. comm(k) is fitted from the throughput runs (section
+  "{throughput_section.TITLE}"){stand_in}: at node links of 1/{model.FIT_LINK_RATIO}, comm(1) =
+  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4 or more) =
+  {cost.comm(4):.3f} (held past the nodes measured: a ring crosses each node's link once per direction
+  however many nodes it spans; a dip is held at the value before it). Per extra node: {_steps(cost)}; a
+  64-GPU job spread over 16
+  nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. The 95% interval of the fit runs from
+  {_steps(low)} to {_steps(high)}; section "Placement quality: the goals" gives the verdicts at both ends.
+  The magnitude is this machine's
+  workload's - a CPU all-reduce that costs most of a step even inside one node - not a GPU job's, whose
+  in-node all-reduce is a small share of its step; read the placement numbers as what placement is worth
+  when spanning nodes costs this much. Before the fit the simulator borrowed the magnitude: comm(2) =
+  {model.horovod_comm_cross():.3f}, the mean of 1/0.9-1 and 1/0.68-1 from the Horovod paper's (Sergeev and Del
+  Balso, 2017) 90% and 68% scaling efficiency on 512 GPUs - many nodes, not two, a 2017 network, other
+  models - spread over node counts by the first measured shape: {_steps(model.BORROWED_SPAN_COST)}. Before
+  any measurement, in-node communication came from A100 bus bandwidths (~230 GB/s in a node, 57-91 GB/s
+  across two: {old.comm_in:.3f}) and a hierarchical all-reduce's growth 2(k-1)/k: {_steps(old)}. The issue's
+  rough model (a flat 30% per extra node) is run as a sensitivity check.
 - **Ideal bound**: the same trace with all GPUs pooled and no cost for spanning. Under strict FCFS it starts
   and finishes every job no later than any policy (checked job by job in tests/benchmarks/test_simulator.py).
 - **Policies** (`bench/sim/policies.py`): *ours* is

@@ -198,9 +198,11 @@ def wait_by_bucket(rows: Sequence[Mapping[str, Any]], cluster: str, out: Path) -
 
 
 def throughput(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
-    """bench/measure/throughput.py's slowdowns: one panel per gradient size, a group of bars per split (one
-    bar per link setting), the span cost's values before and after the calibration as markers."""
-    from bench.sim.model import DERIVED_2017_SPAN_COST, SPAN_COST
+    """bench/measure/throughput.py's slowdowns (each cell's median step over the one-node job's of as many
+    ranks at the same link): one panel per gradient size, a group of bars per split (one bar per link
+    setting), the span cost before the fit (the Horovod paper's borrowed magnitude) and the fitted one as
+    markers."""
+    from bench.sim.model import BORROWED_SPAN_COST, SPAN_COST
 
     sizes = list(dict.fromkeys(r["gradient_mb"] for r in rows))
     links = list(dict.fromkeys(r["link"] for r in rows))
@@ -217,16 +219,17 @@ def throughput(rows: Sequence[Mapping[str, Any]], out: Path) -> Path:
                 values.append(found[0] if found else float("nan"))
             xs = [c + (i - (len(links) - 1) / 2) * width for c in range(len(splits))]
             ax.bar(xs, values, width=width, color=shades[i % len(shades)], label=f"measured, {link}")
-        for cost, marker, color, name in ((DERIVED_2017_SPAN_COST, "x", "#000000", "model before"),
-                                          (SPAN_COST, "o", "#d62728", "model now (calibrated)")):
+        for cost, marker, color, name in ((BORROWED_SPAN_COST, "x", "#000000", "model before (borrowed)"),
+                                          (SPAN_COST, "o", "#d62728", "model now (fitted)")):
             ax.plot(range(len(splits)), [cost.slowdown(len(s), 1) for s in splits], linestyle="none",
                     marker=marker, markersize=9, color=color, label=name)
         ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
         ax.set_xticks(range(len(splits)))
-        ax.set_xticklabels(["[" + ",".join(map(str, s)) + "]" for s in splits])
-        ax.set_xlabel("GPUs per node of a 4-GPU job")
+        ax.set_xticklabels(["[" + ",".join(map(str, s)) + "]" if len(s) <= 4 else f"[{s[0]}]x{len(s)}"
+                            for s in splits], fontsize=8)
+        ax.set_xlabel("GPUs per node")
         ax.set_ylabel("step time / one node's")
-        ax.set_title(f"{size} MB gradient: slowdown against one node")
+        ax.set_title(f"{size} MB gradient: median step against one node's")
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)

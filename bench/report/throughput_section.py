@@ -1,5 +1,8 @@
 """docs/benchmarks.md's section on training throughput per placement (bench/measure/throughput.py's result),
-rendered from the JSON at report time."""
+rendered from the JSON at report time: each cell as median [interquartile range] over its repetitions with n,
+the node links and how they were set, and the span cost fitted from the runs with its interval
+(bench/sim/span_calibration.py). A result stored before the bench repeated and interleaved its runs (two
+passes, links from raw TCP) is rendered by the same code, and says so."""
 
 from __future__ import annotations
 
@@ -8,192 +11,262 @@ from typing import Any
 
 from bench.report.markdown import table
 from bench.sim import model
-from bench.sim.span_calibration import exposure_profile, rows
+from bench.sim import span_calibration as sc
 
 Result = Mapping[str, Any]
 TITLE = "Training throughput per placement, over emulated node links"
-
+COMMAND = "python -m bench.run --only throughput"
+#: One job's wall time (seconds) by rank count and link setting, for the full run's estimate: the 2026-11-24
+#: run's 4-rank jobs took 36-69 s (median 46 s) at 12 s per gradient size, its 1-GPU job 24 s. At 1:20 of an
+#: in-node all-reduce of ~200-400 MB/s a node link carries 10-20 MB/s, and a ring step of the 100 MB gradient
+#: sends 2(n-1)/n of it over each link: 8-17 s a step, 6 steps at least (2 warm-up, 4 measured). 8 ranks on
+#: 2 cores start and compute about twice as slowly as 4 (about 2.5 s of CPU per rank to import the framework).
+#: The smoke run (2026-11-26, load average 7-9): [4] 17-19 s and [2,2] at 1:20 34 s with one 3 s window of the
+#: 25 MB gradient (2.9 s a step over a 16 MB/s link).
+JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 55.0, (4, "1:20"): 120.0,
+         (8, "unshaped"): 75.0, (8, "1:5"): 90.0, (8, "1:20"): 160.0}
+#: the cells of the full run by rank count: bench/measure/throughput.SPLITS
+SPLITS_PER_RANKS = {4: 5, 8: 4}
+REPEATS, CALIBRATION_REPEATS = 5, 3
 
 def _split(split: Sequence[int]) -> str:
+    if len(split) > 4 and len(set(split)) == 1:
+        return f"[{split[0]}]x{len(split)}"
     return "[" + ",".join(str(n) for n in split) + "]"
 
 
-def _link_title(link: Mapping[str, Any], intra: float) -> str:
-    if not link["node_link"]:
-        return "no node link"
-    return f"{link['name']} ({link['node_link']}, {intra / link['ratio'] / 1e6:,.0f} MB/s)"
-
-
 def _usable(result: Result) -> bool:
-    return isinstance(result, Mapping) and "runs" in result and "skipped" not in result \
+    return isinstance(result, Mapping) and "every_run" in result and "skipped" not in result \
         and "failed" not in result
+
+
+def _mbps(value: float) -> str:
+    return f"{value / 1e6:,.0f} MB/s"
+
+
+def _cell(s: sc.Spread, digits: int = 2) -> str:
+    if s.n == 1:
+        return f"{s.median:.{digits}f} (n=1)"
+    return f"{s.median:.{digits}f} [{s.q1:.{digits}f}-{s.q3:.{digits}f}]"
+
+
+def _runs(result: Result) -> list[Mapping[str, Any]]:
+    """Every run of every cell; an older result's baseline runs are in `every_run` too."""
+    return list(result["every_run"])
+
+
+def in_node(result: Result) -> dict[str, Any]:
+    """The in-node all-reduce's bus bandwidth: from the calibration runs (a current result), else from the
+    one-node runs without a node link (an older result, whose links did not come from it)."""
+    if "in_node" in result:
+        return dict(result["in_node"])
+    one = [r for r in _runs(result) if r["link"] == "unshaped" and len(r["split"]) == 1 and r["split"][0] > 1]
+    return sc.in_node_bus_bandwidth(one) if one else {}
 
 
 def section(result: Result | None, provenance: str, image: str | None) -> str:
     """The section's Markdown (without its heading)."""
     if result is None:
-        return "Not measured yet: `python -m bench.run --only throughput` (root, a quiet machine, ~30 min).\n"
+        return f"Not measured yet: `{COMMAND}` (root, a quiet machine, {_estimate_text()}).\n"
     if "skipped" in result:
         return f"Not run: {result['skipped']}\n"
     if "failed" in result:
         return f"**Failed:**\n\n```\n{result['failed']}\n```\n"
-    intra = float(result["intra_node"]["bytes_per_s"])
-    links = list(result["links"])
+    runs = _runs(result)
+    spreads = sc.cell_spreads(runs)
     sizes = [f"{mb:g}" for mb in result["gradient_mb"]]
-    measured = rows(result)
-    baseline = result["baseline"]["sizes"]
-    parts = [provenance, "", _setup(result, intra), ""]
-
-    parts += ["Steps per second of the 4-rank job, and in brackets its scaling efficiency against one "
-              "process (steps per second over the 1-GPU job's: 4 ranks doing 4 times the work of one; on "
-              f"{result['cores']} cores at most {min(1.0, result['cores'] / 4):.2f} from the cores alone):",
-              ""]
-    header = ["split", *[f"{_link_title(link, intra)}, {mb} MB" for link in links for mb in sizes]]
-    body = [["[1] (one process)", *[f"{baseline[mb]['steps_per_s']:.2f}" for _ in links for mb in sizes]]]
-    for split in _splits(result):
-        cells = []
-        for link in links:
-            for mb in sizes:
-                row = _row(measured, link["name"], split, mb)
-                cells.append("" if row is None else f"{row['steps_per_s']:.2f} ({row['efficiency']:.2f})")
-        body.append([_split(split), *cells])
-    parts += [table(header, body), ""]
-
-    parts += ["The slowdown of each split: its median step over the one-node job's ([4]) at the same link, "
-              "beside what the simulator charges for as many nodes: the model before this measurement (2017 "
-              "Horovod efficiencies, A100 bus bandwidths, a hierarchical shape) and the calibrated one "
-              "(below). The measured column is this machine's workload (its own share of communication); "
-              "the model columns are what a GPU job is charged.", ""]
-    header = ["split", "nodes", *[f"measured, {link['name']}, {mb} MB" for link in links for mb in sizes],
-              "model before", "model now"]
-    body = []
-    for split in _splits(result):
-        cells = []
-        for link in links:
-            for mb in sizes:
-                row = _row(measured, link["name"], split, mb)
-                cells.append("" if row is None or row["slowdown"] is None else f"{row['slowdown']:.2f}x")
-        nodes = len(split)
-        body.append([_split(split), str(nodes), *cells,
-                     f"{model.DERIVED_2017_SPAN_COST.slowdown(nodes, 1):.3f}x",
-                     f"{model.SPAN_COST.slowdown(nodes, 1):.3f}x"])
-    parts += [table(header, body), ""]
-    noise = _noise(result, intra)
+    links = [str(link["name"]) for link in result["links"]]
+    parts = [provenance, "", _setup(result), "", _links(result), ""]
+    baseline = spreads.get((sc.BASELINE, (1,)))
+    for ranks in sc.rank_counts(runs):
+        parts += [f"**{ranks}-rank job.** Steps per second, median [interquartile range] over the "
+                  "repetitions of each cell (n per row), and the exposed-communication share of compute "
+                  "((median step - median compute) / median compute, the mean over the gradient sizes: the "
+                  "simulator's comm(k)):", ""]
+        header = ["split", "n", *[f"{link}, {mb} MB, steps/s" for link in links for mb in sizes],
+                  *[f"{link}, comm share" for link in links]]
+        body = []
+        if baseline is not None:
+            body.append(["[1] (one process)", _n([baseline]),
+                         *[_cell(baseline["steps_per_s"][mb]) for _ in links for mb in sizes],
+                         *["" for _ in links]])
+        for split in _splits(runs, ranks):
+            cells = [spreads.get((link, split)) for link in links]
+            body.append([_split(split), _n([c for c in cells if c]),
+                         *[_cell(c["steps_per_s"][mb]) if c else "" for c in cells for mb in sizes],
+                         *[_cell(c["comm_share"]) if c and c["comm_share"] else "" for c in cells]])
+        parts += [table(header, body), ""]
+    failed = result.get("failed_runs") or []
+    if failed:
+        parts += [f"**Runs that failed** ({len(failed)}; their cells have fewer repetitions): " + "; ".join(
+            f"{f['link']} {_split(f['split'])} repetition {f['repeat'] + 1}: {f['error'][-160:]}"
+            for f in failed) + ".", ""]
+    noise = _noise(result, runs)
     if noise:
         parts += [noise, ""]
     if image:
         parts += [f"![slowdown per split]({image})", ""]
-    parts += [_calibration(result), ""]
+    parts += [_fit(result, runs), "", _estimate(), ""]
     return "\n".join(parts)
 
 
-def _noise(result: Result, intra: float) -> str:
-    """What the tables above cannot tell apart: how far the two passes of one cell differ, and whether a
-    link is slower than the in-node all-reduce at all (else its column does not measure the network)."""
-    steps: dict[tuple[str, tuple[int, ...], str], list[float]] = {}
-    busbw: list[float] = []
-    for run in result.get("every_run", []):
-        for mb, size in run["sizes"].items():
-            steps.setdefault((run["link"], tuple(run["split"]), mb), []).append(size["step_s_median"])
-            if len(run["split"]) == 1 and run["split"][0] > 1 and size.get("allreduce_s_median"):
-                ranks = run["split"][0]  # a ring's bus bandwidth: 2(n-1)/n of the size per all-reduce time
-                busbw.append(2 * (ranks - 1) / ranks * float(mb) * 1e6 / size["allreduce_s_median"])
-    ratios = sorted(max(v) / min(v) for v in steps.values() if len(v) > 1)
-    if not ratios:
-        return ""
-    text = (f"**How much of this is noise.** Between the passes, the median step of one and the same cell "
-            f"differs by a median {ratios[len(ratios) // 2]:.2f}x and up to {ratios[-1]:.2f}x ({len(ratios)} "
-            "cells, two passes each, on a shared machine): differences between splits smaller than that are "
-            "not measured differences, and the tables take each cell from one pass, with no interval.")
-    if busbw:
-        inside = sorted(busbw)[len(busbw) // 2]
-        slower = [link for link in result["links"] if link["ratio"] and intra / link["ratio"] > inside]
-        text += (f" The one-node job's all-reduce runs at {inside / 1e6:,.0f} MB/s of bus bandwidth (median "
-                 "of its runs, 4 ranks on 2 cores)")
+def _n(cells: Sequence[Mapping[str, Any]]) -> str:
+    ns = sorted({s.n for c in cells for s in c["steps_per_s"].values()})
+    return "" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}"
+
+
+def _splits(runs: Sequence[Mapping[str, Any]], ranks: int) -> list[tuple[int, ...]]:
+    seen: list[tuple[int, ...]] = []
+    for run in runs:
+        split = tuple(int(n) for n in run["split"])
+        if sum(split) == ranks and run["link"] != sc.BASELINE and split not in seen:
+            seen.append(split)
+    return sorted(seen, key=len)
+
+
+def _setup(result: Result) -> str:
+    runs = _runs(result)
+    loads = [r["load_average_1m"] for r in runs if r.get("load_average_1m") is not None]
+    load = f"; 1-minute load average {min(loads)}-{max(loads)} at the runs' starts" if loads else ""
+    current = result.get("format") == 2
+    repeats = result.get("repeats", 1)
+    how = (f"every cell ran {repeats} times, round robin (pass by pass, every cell once per pass, alternate "
+           "passes backwards, so a busy spell of this shared machine falls on every cell alike), and every "
+           "run is kept" if current else
+           f"every cell ran {repeats} times, the second pass in the opposite order (this run predates the "
+           "interleaved repetitions: its cells have n=2, and the tables below show both passes, where the "
+           "report of the day kept the shorter)")
+    ranks = " and ".join(f"{r}-rank" for r in sc.rank_counts(runs))
+    return (
+        "Each run is a local cluster of real processes (`localcluster`, process runtime) whose nodes hold "
+        f"exactly the split's GPUs, and a {ranks} job placed on it by the product's own `distributetrain "
+        "run` (the planner's split, checked), with sshd workers and a chief running horovodrun over Gloo, in "
+        "the demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank runs "
+        "bench/measure/throughput_rank.py: a fixed compute step (256x256 float32 matrix products, no sleep) "
+        f"then `hvd.allreduce` of a {' and a '.join(f'{mb:g} MB' for mb in result['gradient_mb'])} "
+        f"gradient, {result['seconds_per_size']:g} s of steps per size after two warm-up steps; {how}. This "
+        f"machine has {result['cores']} cores: rank r is pinned to core r % {result['cores']}, so ranks "
+        "share each core in every split of a job alike and the splits differ only in the network between "
+        f"them. The whole measurement took {result['took_s'] / 60:.0f} min{load}.")
+
+
+def _links(result: Result) -> str:
+    inside = in_node(result)
+    shaped = [link for link in result["links"] if link.get("ratio")]
+    if "in_node" in result:
+        per = "; ".join(f"{ranks} ranks " + ", ".join(f"{_mbps(v)} at {mb} MB" for mb, v in sizes.items())
+                        for ranks, sizes in inside["bytes_per_s"].items())
+        rates = ", ".join(f"{link['name']}: {_mbps(link['payload_bytes_per_s'])} of TCP payload "
+                          f"(`--node-link {link['node_link']}`)" for link in shaped)
+        each = result["in_node"].get("repeats", "?")
+        return (f"**Node links, and how they were set.** First, in the same run, the one-node jobs without a "
+                f"node link ({each} run(s) of each) measured their all-reduce's bus bandwidth"
+                " (2(n-1)/n of the gradient over the all-reduce time, median over the runs): "
+                f"{per}. The slowest, {_mbps(inside['slowest_bytes_per_s'])}, sets the links: {rates}; so "
+                "every shaped link is slower than the in-node path of every job measured, and a shaped "
+                "column measures the network. Only the rate is emulated (no netem on this kernel).")
+    tcp = result.get("intra_node", {}).get("bytes_per_s")
+    text = ("**Node links, and how they were set.** This run set them from raw TCP between two pods of one "
+            f"node ({_mbps(tcp) if tcp else 'not recorded'}, the best of several transfers): "
+            + ", ".join(f"{link['name']}: `--node-link {link['node_link']}`" for link in shaped) + ".")
+    if inside:
+        slowest = float(inside["slowest_bytes_per_s"])
+        slower = [link for link in shaped if tcp and tcp / link["ratio"] > slowest]
+        text += (f" Its one-node 4-rank job's all-reduce ran at {_mbps(slowest)} of bus bandwidth (the "
+                 "slower of its gradient sizes, median of its runs)")
         text += ("; a node link faster than that - " + ", ".join(
-            f"{link['name']} ({intra / link['ratio'] / 1e6:,.0f} MB/s)" for link in slower)
-            + " - is not the bottleneck, so its column does not measure the network." if slower else ".")
+            f"{link['name']} ({_mbps(tcp / link['ratio'])})" for link in slower)
+            + " - is not the bottleneck, so its column does not measure the network; and its 1:20 is "
+              f"1:{20 * slowest / tcp:.1f} of the all-reduce, not 1:20. The bench now sets links from the "
+              "in-node all-reduce." if slower and tcp else ".")
     return text
 
 
-def _splits(result: Result) -> list[list[int]]:
-    seen: list[list[int]] = []
-    for run in result["runs"]:
-        if list(run["split"]) not in seen:
-            seen.append(list(run["split"]))
-    return seen
+def _noise(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
+    ratios = sc.pass_ratios(runs)
+    if not ratios:
+        return ""
+    iqr = sorted(c["step_s"][mb].iqr / c["step_s"][mb].median for c in sc.cell_spreads(runs).values()
+                 for mb in c["step_s"] if c["step_s"][mb].n > 1 and c["step_s"][mb].median > 0)
+    return (f"**How much of this is noise.** Within one cell, the slowest repetition's median step over the "
+            f"fastest's is {ratios[len(ratios) // 2]:.2f}x at the median and up to {ratios[-1]:.2f}x "
+            f"({len(ratios)} cells and gradient sizes); the interquartile range is a median "
+            f"{100 * iqr[len(iqr) // 2]:.0f}% of the cell's median step. Two splits whose ranges overlap are "
+            "not told apart by these runs.")
 
 
-def _row(measured: Sequence[Mapping[str, Any]], link: str, split: Sequence[int],
-         mb: str) -> Mapping[str, Any] | None:
-    return next((r for r in measured if r["link"] == link and r["split"] == list(split)
-                 and r["gradient_mb"] == mb), None)
-
-
-def _setup(result: Result, intra: float) -> str:
-    links = ", ".join(f"{link['name']}: `--node-link {link['node_link']}`" for link in result["links"]
-                      if link["node_link"])
-    loads = [r.get("load_average_1m") for r in result["runs"] if r.get("load_average_1m") is not None]
-    spread = sorted({min(loads), max(loads)}) if loads else []
-    load = f"; 1-minute load average {'-'.join(map(str, spread))} at the runs' starts" if loads else ""
-    return (
-        "Each run is a local cluster of real processes (`localcluster`, process runtime) whose nodes hold "
-        "exactly the split's GPUs, and a 4-GPU job placed on it by the product's own `distributetrain run` "
-        "(the planner's split, checked), with sshd workers and a chief running horovodrun over Gloo, in the "
-        "demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank runs "
-        "bench/measure/throughput_rank.py: a fixed compute step (256x256 float32 matrix products, no sleep) "
-        "then "
-        f"`hvd.allreduce` of a {' and a '.join(f'{mb:g} MB' for mb in result['gradient_mb'])} gradient, "
-        f"{result['seconds_per_size']:g} s of steps per size after two warm-up steps; every job ran "
-        f"{_times(result.get('repeats', 1))}, the second pass in the opposite order, and each size's numbers "
-        "are from the run with the shortest median step (other work on this shared machine only ever "
-        "lengthens a step). This machine has "
-        f"{result['cores']} cores: rank r is pinned to core r % {result['cores']}, so two ranks share each "
-        "core in every split alike and the splits differ only in the network between them. Node links are "
-        f"set from the TCP bandwidth between two pods of one node, {intra / 1e6:,.0f} MB/s here (the best "
-        f"of {len(result['intra_node'].get('each', [])) or 'several'} transfers): {links}, each carrying "
-        "that fraction of it as TCP payload; only the rate is emulated (no netem on this kernel). The "
-        f"whole measurement took {result['took_s'] / 60:.0f} min"
-        f"{load}.")
-
-
-def _times(repeats: int) -> str:
-    return {1: "once", 2: "twice"}.get(repeats, f"{repeats} times")
-
-
-def _calibration(result: Result) -> str:
-    link = f"1:{model.MEASURED_LINK_RATIO}"
+def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
+    link = str(result.get("fit_link") or sc.link_name(model.FIT_LINK_RATIO))
     try:
-        profile = exposure_profile(result, link)
+        found = sc.fit(runs, link)
     except (KeyError, ValueError) as error:
-        return f"The calibration needs every split at {link}: {error}."
-    stored = ", ".join(f"{p:.3f}" for p in model.MEASURED_PROFILE)
-    fresh = ", ".join(f"{p:.3f}" for p in profile)
-    same = all(abs(a - b) < 0.0005 for a, b in zip(profile, model.MEASURED_PROFILE, strict=True))
-    match = "" if same else (
-        f" **bench/sim/model.py still holds ({stored}): copy these numbers there and re-run the placement "
-        "comparison.**")
-    cost, old = model.SPAN_COST, model.DERIVED_2017_SPAN_COST
-    steps = "; ".join(f"{k} nodes {old.slowdown(k, 1):.3f}x before, {cost.slowdown(k, 1):.3f}x now"
-                      for k in (2, 3, 4, 8))
+        return f"The span cost's fit needs one-node and multi-node runs at {link}: {error}."
+    stand_in = result.get("format") != 2
+    nodes = sorted(found.comm)
+    ranks = " and ".join(f"{r}-rank" for r in sc.rank_counts([r for r in runs if r["link"] == link]))
+    comm = "; ".join(f"{k} node{'s' if k > 1 else ''} {c.median:.3f} [{c.low:.3f}, {c.high:.3f}] "
+                     f"(n={found.runs[k]})" for k, c in found.comm.items())
+    slow = "; ".join(f"{k} nodes {s.median:.3f}x [{s.low:.3f}, {s.high:.3f}]"
+                     for k, s in found.slowdown.items() if k > 1)
+    stored = {end: {k: round(v, 4) for k, v in sc.fitted_comm(found, end).items()}
+              for end in ("low", "median", "high")}
+    held = {end: dict(model.FITTED_COMM[end]) for end in ("low", "median", "high")}
+    same = all(abs(stored[e].get(k, 1e9) - held[e][k]) < 0.0005 and set(stored[e]) == set(held[e])
+               for e in held for k in held[e])
+    match = ("bench/sim/model.py holds these values (FITTED_COMM), and the simulator charges them." if same
+             else f"**bench/sim/model.py holds other values ({held['median']}): copy FITTED_COMM = {stored} "
+                  f"there (FIT_IS_STAND_IN = {stand_in}), and re-run the placement comparison at the median "
+                  "and both ends (`python -m bench.run --only placement`, then the same with `--span-cost "
+                  "low` and `--span-cost high`).**")
+    cost = model.SPAN_COST
+    label = ("**Stand-in.** This fit is from the only throughput run stored so far, two passes per cell, "
+             "one rank count, links from raw TCP (its 1:20 is about 1:3 of the in-node all-reduce): its "
+             "interval resamples two values per cell and is narrower than the truth. "
+             if stand_in else "")
     return (
-        f"**The simulator's span cost, calibrated** (bench/sim/model.py, `calibrated_span_cost`): at {link} "
-        "the "
-        f"exposed communication (step minus compute) on 1, 2, 3 and 4 nodes is ({fresh}) times the "
-        f"2-node one, the mean over both gradient sizes.{match} What this measures is the shape - flat "
-        "past 2 nodes - not the magnitude: the simulator charges 2 nodes "
-        f"{cost.comm_cross:.3f} of compute, a figure borrowed, not measured: the mean of 1/0.9-1 and "
-        "1/0.68-1, from the Horovod paper's (Sergeev and Del Balso, 2017) 90% and 68% scaling efficiency on "
-        "512 GPUs - many nodes, a 2017 network, other models - and the 2-node slowdowns above move between "
-        "passes by as much as they differ between splits. It distributes that figure as measured: "
-        f"{cost.comm_in:.3f} inside one node (before: "
-        f"{old.comm_in:.3f}, from A100 bus bandwidths); a value below the one before it is held at it (more "
-        "nodes never communicate less: the difference is noise between runs), and past 4 nodes the 4-node "
-        "value (a ring crosses each node's link once per direction however many nodes it spans; before: a "
-        f"hierarchical all-reduce's 2(k-1)/k). A one-node job spread over: {steps}."
-    )
+        f"**The simulator's span cost, fitted** (bench/sim/span_calibration.fit, bench/sim/model.py "
+        f"FITTED_COMM). {label}At {link}, comm(k) - exposed communication as a share of compute, the median "
+        f"over every run on k nodes ({ranks} jobs alike) - with its 95% bootstrap interval "
+        f"({found.resamples:,} resamples of each cell's {found.repeats[0]}-{found.repeats[1]} repetitions): "
+        f"{comm}. A one-node job on k nodes then runs (1 + comm(k)) / (1 + comm(1)) as long: {slow}. "
+        f"{match} Past {nodes[-1]} nodes the model holds the last value (a ring crosses each node's link "
+        "once per direction however many nodes it spans), a dip is held at the value before it, and node "
+        "counts between those measured are interpolated. The simulator charges a one-node job on 2 nodes "
+        f"{cost.slowdown(2, 1):.3f}x (interval ends {model.SPAN_COST_ENDS['low'].slowdown(2, 1):.3f}x and "
+        f"{model.SPAN_COST_ENDS['high'].slowdown(2, 1):.3f}x), where it charged "
+        f"{model.BORROWED_SPAN_COST.slowdown(2, 1):.3f}x before: the Horovod paper's figure (Sergeev and Del "
+        "Balso, 2017: 90% and 68% scaling efficiency on 512 GPUs, a 2017 network, other models; comm = "
+        f"{model.horovod_comm_cross():.3f} of compute), a borrowed figure which the fit replaces. What the "
+        "fitted magnitude is: this bench's workload's - 25-100 MB of gradient per ~0.1 s of one core's "
+        "compute, over links at 1/20 of an all-reduce that already costs most of a step inside one node "
+        f"(comm(1) = {found.comm[1].median:.2f}); a GPU job's in-node all-reduce is a far smaller share of "
+        "its step, so its cost of spanning nodes is smaller than this for the same link ratio.")
+
+
+def estimate_s() -> float:
+    """The full run's duration (seconds) at bench/measure/throughput.py's defaults: every cell's job time
+    (JOB_S) times the repetitions, plus the one-node calibration runs."""
+    one_pass = JOB_S[(1, "baseline")] + sum(
+        splits * sum(JOB_S[(ranks, link)] for link in ("unshaped", "1:5", "1:20"))
+        for ranks, splits in SPLITS_PER_RANKS.items())
+    calibration = CALIBRATION_REPEATS * sum(JOB_S[(ranks, "unshaped")] for ranks in SPLITS_PER_RANKS)
+    return REPEATS * one_pass + calibration
+
+
+def _estimate_text() -> str:
+    return f"about {estimate_s() / 3600:.1f} hours"
+
+
+def _estimate() -> str:
+    return (f"**The full run** (`{COMMAND}`, root; the lock other heavy runs use, as it loads both cores): "
+            f"{_estimate_text()} - {REPEATS} repetitions of 28 cells (the baseline, 5 four-rank and 4 "
+            f"eight-rank splits at 3 link settings) plus {2 * CALIBRATION_REPEATS} calibration runs, from "
+            "each kind's job time (bench/report/throughput_section.py, JOB_S); each job's wall time is its "
+            "cluster's start, the ranks' start-up and 2 x 12 s of steps (more at 1:20, where a step of the "
+            "100 MB gradient takes seconds and at least 4 are measured). `python -m bench.measure.throughput "
+            "--smoke` checks the path in a few minutes.")
 
 
 def plot_rows(result: Result) -> list[dict[str, Any]]:
     """What bench/plots.throughput draws; empty when the result cannot be drawn."""
-    return rows(result) if _usable(result) else []
+    return sc.slowdown_rows(_runs(result)) if _usable(result) else []

@@ -114,7 +114,7 @@ def test_only_placement_keeps_the_speed_results(tmp_path: Path, monkeypatch: pyt
     speed_before = (tmp_path / "speed.json").read_bytes()
     simulated: list[bool] = []
 
-    def run_all(quick: bool, *, workers: int | None = None) -> dict[str, Any]:
+    def run_all(quick: bool, *, workers: int | None = None, span_end: str = "median") -> dict[str, Any]:
         simulated.append(quick)
         return store.load(tmp_path).placement or {}
 
@@ -153,3 +153,31 @@ def test_help_names_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     text = " ".join(capsys.readouterr().out.split())
     for name in (*store.SECTIONS, "speed", "--render-only"):
         assert name in text
+
+
+def test_a_placement_run_at_an_end_of_the_span_interval_keeps_the_median_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--span-cost low` stores that end's goals beside the stored run (simulated at the median), which stays,
+    and the report shows the verdicts at both."""
+    _fake_results(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("placement_*")}
+    ends: list[str] = []
+
+    def run_all(quick: bool, *, workers: int | None = None, span_end: str = "median") -> dict[str, Any]:
+        ends.append(span_end)
+        placement = dict(store.load(tmp_path).placement or {})
+        return {**placement, "span_cost": {**model.SPAN_COST_ENDS[span_end].summary(), "end": span_end}}
+
+    monkeypatch.setattr("bench.sim.experiment.run_all", run_all)
+    assert run.main(["--only", "placement", "--span-cost", "low", "--out", str(tmp_path)]) == 0
+
+    assert ends == ["low"]
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("placement_*") if p.name != store.SPAN_ENDS_FILE} \
+        == before
+    stored = json.loads((tmp_path / store.SPAN_ENDS_FILE).read_text())
+    assert stored["low"]["span_cost"]["end"] == "low"
+    assert {c["what"] for c in stored["low"]["checks"]} >= {
+        "BestFit's gap to the ideal bound that we close (8+ GPU jobs, C2 and C3, load 0.9)"}
+    report = (tmp_path / "benchmarks.md").read_text()
+    low = model.SPAN_COST_ENDS["low"].slowdown(2, 1)
+    assert f"| low end ({low:.3f}x on 2 nodes;" in report
