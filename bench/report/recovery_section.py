@@ -79,8 +79,9 @@ def section(result: Mapping[str, Any] | None, provenance: str) -> str:
         f"Restart (`--restarts {result['faults']}`): the training stops, the manager replaces the worker, "
         "the "
         "chief's launcher relaunches it from rank 0's last checkpoint (every epoch). Workers lost "
+        + ("in turn " if len(restart) > 3 else "")
         + ", ".join(dict.fromkeys(f"{round(100 * r.get('fraction', 0))}%" for r in restart))
-        + (" in turn" if len(restart) > 3 else "") + " of the way through an epoch "
+        + " of the way through an epoch "
         f"of about {statistics.median([r['epoch_s'] for r in restart]):.1f} s. Final accuracy "
         f"{result['restart'].get('final_accuracy') or 0:.4f}, exit {result['restart']['exit_code']}.", "",
         table(["from the worker's loss to / lost", "seconds (epochs)"], [
