@@ -5,13 +5,13 @@ Sections: `placement` (the trace simulation, bench/sim/), six speed benches (ben
 apiserver, manager_overhead, scale, demo_phases, preflight), `throughput` (bench/measure/throughput.py:
 Horovod jobs on the local cluster's node links, about 3 hours, root; it fits the simulator's span cost,
 bench/sim/model.py), `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a restart
-job, ~6 min, root) and `capacity` (bench/measure/capacity.py: a GPU pool that scales from zero, ~1 min, root;
-two jobs through one Kueue queue); each measured section is a module bench/measure/NAME.py exposing
-`main(quick: bool) -> dict`. A run measures the sections asked for, merges their results into the results
-directory section by section (bench/store.py; the others stay as earlier runs left them; runs.json says when
-each was measured), then renders the whole report from every section there (bench/report/): a speed bench's
-result by bench/report/speed_section.py, the throughput section by bench/report/throughput_section.py; a bench
-without a renderer is shown by the "markdown" string it returns, else as a table.
+job, 10 faults each, ~20 min, root) and `capacity` (bench/measure/capacity.py: a GPU pool that scales from
+zero, ~1 min, root; two jobs through one Kueue queue); each measured section is a module bench/measure/NAME.py
+exposing `main(quick: bool) -> dict`. A run measures the sections asked for, merges their results into the
+results directory section by section (bench/store.py; the others stay as earlier runs left them; runs.json
+says when each was measured), then renders the whole report from every section there (bench/report/): a speed
+bench's result by bench/report/speed_section.py, the throughput section by bench/report/throughput_section.py;
+a bench without a renderer is shown by the "markdown" string it returns, else as a table.
 
 Examples:
   python -m bench.run                               # everything

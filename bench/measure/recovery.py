@@ -1,19 +1,26 @@
 """`python -m bench.measure.recovery [--faults N]`: what a lost worker costs a job that survives it, on the
 local cluster.
 
-`make demo`'s cluster (nodes of 5, 3 and 2 GPUs, pods as processes: needs root; ConfigMap volumes refreshed
-every second, where a real kubelet takes up to a minute or so) and its 6-GPU job (a worker of 5 GPUs on
-node-1, the chief's 1 on node-3), run by the product's own `distributetrain run`, Train.py with TensorFlow on
-the CPU. In each job the worker's pod is deleted without grace FAULTS times, each time once the job is whole
-and training again:
+`make demo`'s cluster (nodes of 5, 3 and 2 GPUs, pods as processes: needs root) and its 6-GPU job (a worker
+of 5 GPUs on node-1, the chief's 1 on node-3), run by the product's own `distributetrain run`, Train.py with
+TensorFlow on the CPU. ConfigMap volumes are refreshed as a real kubelet refreshes them (VOLUME_REFRESH: its
+60 s sync period plus up to half of it as jitter, and at once when the pod is updated): the chief sees a new
+hostfile because the manager annotates its pod after each write (src/distributetrain/manager/hostfilepush.py),
+not because the cluster refreshes faster than a real one. In each job the worker's pod is deleted without
+grace FAULTS times (10 by default), each time once the job is whole and training again:
 
 - elastic (`--min-gpus 1`): from the loss to the manager noticing it (detect), to Horovod training again on
-  the chief's rank (resumed), to the replacement worker Ready, and to Horovod back at 6 ranks (full size);
+  the chief's rank (resumed), to the replacement worker created and then Ready, and to Horovod back at 6
+  ranks (full size);
 - restart (`--restarts FAULTS`): the worker is deleted a quarter, a half, three quarters of the way through an
-  epoch (timed from the arrival of the previous epoch's line); from the loss to detect, to the relaunch
-  (every lost worker replaced), to the first training step of the relaunched training, and the training work
-  lost: the epochs the stopped training finished minus the epoch the relaunch resumed from (0 when rank 0
-  checkpointed every epoch), plus the part of the epoch under way, times the epoch's length.
+  epoch (timed from the arrival of the previous epoch's line); from the loss to detect, to the replacement
+  created, to the relaunch (every lost worker replaced: Ready), to the first training step of the relaunched
+  training, and the training work lost: the epochs the stopped training finished minus the epoch the relaunch
+  resumed from (0 when rank 0 checkpointed every epoch), plus the part of the epoch under way, times the
+  epoch's length.
+
+Each fault also records how often the manager found no room for the replacement (`waiting for room` lines:
+its doubling back-off) and where the time to Ready went (the manager's creating vs the pod's start).
 
 Times are read from the manager's output (its lines and the chief's, copied) as they arrive. `main(quick)` is
 what bench/run.py calls (section `recovery`); quick mode and non-root skip it;
@@ -42,11 +49,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 IMAGE = "distributetrain/base:0.1.0"
 NODES = (5, 3, 2)
-FAULTS = 3
-VOLUME_REFRESH = 1.0
+FAULTS = 10
+VOLUME_REFRESH = 60.0  # the kubelet's syncFrequency default; volumesync.py adds its jitter
 # more than the faults need: one rank alone trains ~10 epochs a second here, so the job is stopped after them
 ELASTIC_EPOCHS = 5000
-RESTART_EPOCHS = 16
 FRACTIONS = (0.25, 0.5, 0.75)  # how far through an epoch a restart job's worker is lost, in turn
 WAIT = 300.0
 JOB = "recovery"
@@ -123,7 +129,8 @@ class Output:
 
 @contextmanager
 def cluster(nodes: Sequence[int] = NODES, **options: Any) -> Iterator[Any]:
-    """A local cluster of pods as processes on `nodes`; `options`: other ClusterSpec fields."""
+    """A local cluster of pods as processes on `nodes`, its kubelets refreshing ConfigMap volumes as real
+    ones do; `options`: other ClusterSpec fields."""
     from localcluster import ClusterSpec, ImageMap, LocalCluster
 
     spec = ClusterSpec(nodes=tuple(nodes), runtime="process",
@@ -174,6 +181,14 @@ def start_job(kubeconfig: Path, epochs: int, *flags: str) -> Output:
                    f"python3 /opt/distributetrain/Train.py --epochs {epochs}"])
 
 
+def replacing(out: Output, at: float) -> dict[str, Any]:
+    """From the loss to the replacement's creation, and how often the manager found no room meanwhile (its
+    back-off doubles from 2 s: manager/keeper.py)."""
+    created, found = out.wait_for(r"worker (\S+) created on ", at)
+    looks = len([t for t, line in out.lines if at <= t <= created and "waiting for room to replace" in line])
+    return {"replacement": found[1], "created_s": created - at, "no_room_looks": looks}
+
+
 def _ended(out: Output, what: str) -> dict[str, Any]:
     code = out.finish()
     accuracy = out.first(r"final_accuracy=([0-9.]+)")
@@ -196,9 +211,12 @@ def elastic(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
                 at = lose(local.kubeconfig, lost)
                 detect = out.wait_for(rf"worker {lost} on \S+ \(.*\) lost", at)[0]
                 resumed = out.wait_for(r"training runs on 1 of 6 GPU", at)[0]
+                made = replacing(out, at)
                 ready = out.wait_for(r"Ready on .*added to the hostfile; the job holds 6 of 6", at)[0]
                 whole = out.wait_for(r"training runs on 6 of 6 GPU", ready)[0]
                 runs.append({"detect_s": detect - at, "resumed_s": resumed - at,
+                             "replacement_created_s": made["created_s"],
+                             "no_room_looks": made["no_room_looks"],
                              "replacement_ready_s": ready - at, "full_size_s": whole - at})
                 progress("recovery: elastic: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()))
             # the times are measured: stop the job as a user would (the manager deletes it, exit 143)
@@ -216,7 +234,8 @@ def elastic(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
 def restart(faults: int = FAULTS, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """One restart job (--restarts faults), its worker lost `faults` times at FRACTIONS of an epoch."""
     with cluster() as local:
-        out = start_job(local.kubeconfig, RESTART_EPOCHS, "--restarts", str(faults))
+        # at least two epochs a launch before its fault, and some after the last one
+        out = start_job(local.kubeconfig, 3 * faults + 6, "--restarts", str(faults))
         runs = []
         try:
             since, resumed_from = 0.0, 0
@@ -229,6 +248,7 @@ def restart(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
                 lost = worker(local.kubeconfig)
                 at = lose(local.kubeconfig, lost)
                 detect = out.wait_for(rf"worker {lost} on \S+ \(.*\) lost", at)[0]
+                made = replacing(out, at)
                 relaunched = out.wait_for(r"every lost worker replaced", at)[0]
                 resumed_t, found = out.wait_for(r"resumed_from_epoch=(\d+)", at)
                 resumed_from = int(found[1])
@@ -237,7 +257,8 @@ def restart(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
                 # is copied with some delay), never after the relaunch
                 done = out.epochs(resumed_t)[-1][1]
                 fraction = FRACTIONS[i % len(FRACTIONS)]
-                runs.append({"detect_s": detect - at, "relaunched_s": relaunched - at,
+                runs.append({"detect_s": detect - at, "replacement_created_s": made["created_s"],
+                             "no_room_looks": made["no_room_looks"], "relaunched_s": relaunched - at,
                              "training_again_s": stepped - at, "epoch_s": epoch_s,
                              "epochs_done": done, "resumed_from": resumed_from,
                              "epochs_redone": done - resumed_from, "fraction": fraction,
@@ -259,7 +280,7 @@ def measure(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
 
 def main(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"skipped": "quick mode; `python -m bench.run --only recovery` measures it (root, ~7 min)"}
+        return {"skipped": "quick mode; `python -m bench.run --only recovery` measures it (root, ~20 min)"}
     if os.geteuid() != 0:
         return {"skipped": "needs root (the process runtime's network namespaces)"}
     return measure()
@@ -268,7 +289,8 @@ def main(quick: bool) -> dict[str, Any]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.measure.recovery", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--faults", type=int, default=FAULTS, help="workers lost per job")
+    parser.add_argument("--faults", type=int, default=FAULTS,
+                        help="workers lost per job (default %(default)s)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
     measured = measure(args.faults)

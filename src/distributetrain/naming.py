@@ -26,6 +26,9 @@ GPUS_ANNOTATION = "distributetrain.io/gpus"
 RECOVERY_ANNOTATION = "distributetrain.io/recovery"
 RECOVERY_ELASTIC = "elastic"    # Horovod elastic: the other ranks go on, the manager replaces the worker
 RECOVERY_RESTART = "restart"    # the training is relaunched from its latest checkpoint on replaced workers
+# on the chief: the resourceVersion of the hostfile ConfigMap the manager last wrote. Changing it makes the
+# chief's kubelet sync the pod, and so refresh its ConfigMap volume, at once (manager/hostfilepush.py)
+HOSTS_VERSION_ANNOTATION = "distributetrain.io/hosts-version"
 
 # Capacity the manager does not place itself (manager/capacity.py): an autoscaled pool, a Kueue queue
 SCALE_UP_AUTO, SCALE_UP_ON, SCALE_UP_OFF = "auto", "on", "off"

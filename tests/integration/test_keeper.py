@@ -80,6 +80,18 @@ def ready(cluster: TestCluster, name: str) -> dict[str, Any] | None:
     return pod if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
 
 
+def nudged(cluster: TestCluster) -> bool:
+    """Whether the chief's pod carries the hostfile's current resourceVersion: the annotation that has its
+    kubelet refresh the hostfile volume at once (manager/hostfilepush.py)."""
+    admin = Kube(cluster.api_client())
+    configmap = admin.get("configmaps", "default", HOSTFILE)
+    chief = admin.get("pods", "default", "train-chief")
+    if configmap is None or chief is None:
+        return False
+    annotations = chief["metadata"].get("annotations") or {}
+    return bool(annotations.get(naming.HOSTS_VERSION_ANNOTATION) == configmap["metadata"]["resourceVersion"])
+
+
 def chief_ends(cluster: TestCluster, code: int = 0) -> None:
     cluster.call(cluster.runtime.exit_container("default", "train-chief", code))  # type: ignore[attr-defined]
 
@@ -109,6 +121,8 @@ def test_a_deleted_worker_is_replaced_and_the_hostfile_follows(local_cluster_fac
     new_ip = replacement["status"]["podIP"]
     wait_until(lambda: running.hostfiles[-1].get("hostfile") == f"{new_ip} slots=5\n", timeout=10,
                what="the replacement in the hostfile")
+    # the chief's pod is annotated with the hostfile's version: its kubelet refreshes the volume now
+    wait_until(lambda: nudged(cluster), timeout=10, what="the chief annotated with the hostfile's version")
     chief_ends(cluster)
     assert running.join() == 0, recorder.text
     # removed at once (an empty hostfile: Horovod goes on with the chief's rank), then the replacement
@@ -274,8 +288,11 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
     wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
     wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement")
+    # the Role's `patch` on pods and the admission policy let the manager annotate its chief
+    wait_until(lambda: nudged(cluster), timeout=10, what="the chief annotated with the hostfile's version")
     chief_ends(cluster)
     assert running.join() == 0, recorder.text
+    assert "could not be annotated" not in recorder.text
 
     role = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
     without = next(doc for doc in role if doc["kind"] == "Role")
@@ -290,3 +307,36 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
     assert running.join() == 72, recorder.text
     assert 'cannot patch resource "configmaps"' in str(running.error)
     assert leftovers(cluster, "train") == {}
+
+
+def test_without_patch_on_pods_a_job_is_kept_and_the_manager_says_once_what_it_costs(
+        local_cluster_factory: Factory) -> None:
+    """A Role from before the annotation (no `patch` on pods): the chief's volume then takes each hostfile
+    update at its kubelet's periodic sync, which costs time, not the job."""
+    cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
+    assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
+    roles = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
+    role = next(doc for doc in roles if doc["kind"] == "Role")
+    for rule in role["rules"]:
+        if rule["resources"] == ["pods"]:
+            rule["verbs"].remove("patch")
+    assert cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(role)).returncode == 0
+    as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
+                                 ca_path=str(cluster.ca_path))
+    owner = manager_pod(Kube(cluster.api_client()))
+    orch, recorder = orchestrator(cluster, spec(min_gpus="1"), kube=as_manager, owner=owner)
+    running = Running(cluster, orch)
+    wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
+    Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
+    replacement = wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement")
+    new_ip = replacement["status"]["podIP"]
+    wait_until(lambda: running.hostfiles and running.hostfiles[-1].get("hostfile") == f"{new_ip} slots=5\n",
+               timeout=10, what="the replacement in the hostfile")
+    chief_ends(cluster)
+    assert running.join() == 0, recorder.text
+    # two hostfile writes (the loss, the replacement), one line about the annotation refused
+    assert recorder.text.count("the chief's pod train-chief could not be annotated with "
+                               "distributetrain.io/hosts-version") == 1, recorder.text
+    assert 'cannot patch resource "pods"' in recorder.text
+    assert "up to 90 s later" in recorder.text
+    assert not nudged(cluster)

@@ -17,6 +17,7 @@ import yaml
 from localcluster import TestCluster, wait_until
 from manager_support import IMAGE, chief_behavior, leftovers, manager_pod, orchestrator, spec
 
+from distributetrain import naming
 from distributetrain.errors import ApiError, CannotPlace, InvalidInput
 from distributetrain.kube.gateway import Kube
 from distributetrain.manager import dryrun
@@ -273,3 +274,49 @@ def test_pretraining_reads_the_namespace_before_anything(team: TestCluster) -> N
     phase.plan(attempt=0, wait=False)
     assert phase.policies is not None and phase.policies.enforce == "restricted"
     assert [q["metadata"]["name"] for q in phase.policies.quotas] == ["team-quota"]
+
+
+def patch_refusal(kube: Kube, name: str, patch: dict[str, Any]) -> str:
+    with pytest.raises(ApiError) as caught:
+        kube.patch("pods", "default", name, patch)
+    return str(caught.value)
+
+
+def test_the_policy_lets_the_manager_change_only_the_chiefs_hosts_version(team: TestCluster) -> None:
+    """The manager's `patch` on pods (its Role) is for one annotation of its job's chief
+    (manager/hostfilepush.py): a label, another annotation, the spec, or any other pod stay out of reach."""
+    admin = Kube(team.api_client())
+    owner = admin.get("pods", "default", manager_pod(admin).name)
+    assert owner is not None
+    chief = job_pod(owner, **{"metadata.name": "evil-chief",
+                              "metadata.annotations": {"distributetrain.io/recovery": "elastic"}})
+    chief["metadata"]["labels"]["distributetrain.io/role"] = "chief"
+    admin.create(chief)
+    admin.create(job_pod(owner, **{"metadata.name": "evil-worker-0"}))
+    manager = as_manager(team)
+    version = {"metadata": {"annotations": {naming.HOSTS_VERSION_ANNOTATION: "42"}}}
+    patched = manager.patch("pods", "default", "evil-chief", version)
+    assert patched["metadata"]["annotations"] == {"distributetrain.io/recovery": "elastic",
+                                                  naming.HOSTS_VERSION_ANNOTATION: "42"}
+    denied = ("ValidatingAdmissionPolicy 'distributetrain-manager-writes' with binding "
+              "'distributetrain-manager-writes' denied request: of a job pod the manager may change only "
+              "the annotation distributetrain.io/hosts-version; its labels, other annotations, finalizers, "
+              "owners and spec stay as they are")
+    for patch in ({"metadata": {"labels": {"distributetrain.io/job": "other"}}},
+                  {"metadata": {"labels": {"extra": "x"}}},
+                  {"metadata": {"annotations": {"distributetrain.io/recovery": "restart"}}},
+                  {"metadata": {"annotations": {"distributetrain.io/recovery": None}}},
+                  {"metadata": {"annotations": {naming.HOSTS_VERSION_ANNOTATION: "43", "other": "x"}}},
+                  {"metadata": {"finalizers": ["example.com/keep"]}},
+                  {"spec": {"activeDeadlineSeconds": 1}}):
+        said = patch_refusal(manager, "evil-chief", patch)
+        assert denied in said, (patch, said)
+    after = admin.get("pods", "default", "evil-chief")
+    assert after is not None and after["metadata"]["annotations"] == patched["metadata"]["annotations"]
+    assert after["metadata"]["labels"] == chief["metadata"]["labels"]
+    # only the chief: a worker's or a pod that is not the job's is not the manager's to annotate
+    assert "of the job pods the manager may change only the chief, not evil-worker-0" in \
+        patch_refusal(manager, "evil-worker-0", version)
+    assert "pods distributetrain-manager is not" in patch_refusal(manager, "distributetrain-manager", version)
+    # the policy binds the manager's ServiceAccount only: an administrator labels the chief as before
+    admin.patch("pods", "default", "evil-chief", {"metadata": {"labels": {"extra": "x"}}})

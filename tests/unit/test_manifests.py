@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 import podsecurity
+from distributetrain import naming
 from distributetrain.hostfile import HostSlots
-from distributetrain.manager import manifests, sshkeys
+from distributetrain.manager import hostfilepush, manifests, sshkeys
 from distributetrain.placement.planner import Entry
 from distributetrain.request.jobspec import JobSpec, ManagerIdentity
 
@@ -433,3 +434,13 @@ def test_the_chief_sets_horovods_stall_check_below_the_hang_timeout(hang_timeout
     pod = manifests.chief_pod(spec, entry=Entry("node-1", 1), owner=None)
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env.get("HOROVOD_STALL_CHECK_TIME_SECONDS") == stall
+
+
+def test_the_chief_nudge_is_one_annotation_and_the_admission_policy_allows_that_one() -> None:
+    """After each hostfile write the manager patches its chief with this and nothing else
+    (manager/hostfilepush.py); rbac/'s policy refuses any other change of a pod by the manager."""
+    assert hostfilepush.hosts_version_patch("4711") == {
+        "metadata": {"annotations": {"distributetrain.io/hosts-version": "4711"}}}
+    rbac = Path(__file__).resolve().parents[2] / "rbac"
+    policy = (rbac / "DistributeTrain_AdmissionPolicy.yaml").read_text()
+    assert policy.count(f"k == '{naming.HOSTS_VERSION_ANNOTATION}'") == 2

@@ -1,5 +1,6 @@
 """ConfigMap volumes take updates while the pod runs, as on a real cluster: after the kubelet's sync period
-(here a short one, `volume_refresh`), every file of the volume changes at once; with refresh off, never."""
+(here a short one, `volume_refresh`), every file of the volume changes at once; with the kubelet's own period,
+an update of the pod object brings them at once; with refresh off, nothing else does."""
 
 from __future__ import annotations
 
@@ -79,6 +80,32 @@ def test_an_update_reaches_the_pod_within_the_sync_period_all_at_once(local_clus
     # never a mix of old and new, and the files are the kubelet's symlinks through ..data
     assert {(a, b) for _, a, b in seen} == {("a=1", "b=1"), ("a=2", "b=2")}
     assert {link for *_, link in lines} == {"link=..data/a"}
+
+
+def test_an_update_of_the_pod_brings_the_changed_configmap_long_before_the_sync_period(
+        local_cluster_factory: Factory) -> None:
+    """The kubelet's own sync period (60 s, plus up to 30 s of jitter): a ConfigMap update waits for it,
+    unless the pod object changes, which makes the kubelet sync the pod and remount its volumes now (an
+    annotation, as a writer of the ConfigMap may set to have it seen at once)."""
+    cluster = local_cluster_factory(nodes=[1], runtime="process", gpu_taint=False,
+                                    runtime_options={"volume_refresh": 60.0})
+    start(cluster)
+    update(cluster)
+    done = cluster.kubectl("annotate", "pod", "reader", "example.com/config-version=2")
+    assert done.returncode == 0, done.stderr
+    # 20 s: a third of the shortest periodic sync, so only the update can have brought it
+    deadline = time.monotonic() + 20
+    while "a=2 b=2" not in (log := cluster.kubectl("logs", "reader").stdout):
+        assert time.monotonic() < deadline, log[-2000:]
+        time.sleep(0.2)
+    lines = [line.split() for line in log.splitlines()]
+    assert {(a, b) for _, a, b, _ in lines} == {("a=1", "b=1"), ("a=2", "b=2")}
+    # without another update of the pod, the next change waits for the periodic sync, 60 s or more after the
+    # one the annotation caused
+    assert cluster.kubectl("patch", "configmap", "cfg", "--type", "merge",
+                           "-p", '{"data":{"a":"3","b":"3"}}').returncode == 0
+    time.sleep(3)
+    assert "a=3" not in cluster.kubectl("logs", "reader").stdout
 
 
 def test_without_refresh_the_pod_keeps_what_it_started_with(local_cluster_factory: Factory) -> None:

@@ -7,7 +7,8 @@ simulation packs pending pods together), and Kueue admits them as one pod group 
 `pod-group-total-count` members exist: a chief created after its workers would never let the group be
 admitted). So the chief starts before its workers' addresses are known: its hostfile ConfigMap is created
 empty, its launcher waits for it (DT_HOSTFILE_WAIT), and the manager writes the workers' `IP slots=N` lines
-once they run (the kubelet brings a ConfigMap volume up to date within its sync period, about a minute).
+once they run, then annotates the chief's pod so that its kubelet refreshes the volume at once instead of at
+its next periodic sync, 60-90 s later (hostfilepush.py).
 
 1. with a ProvisioningRequest class (scale-up), its PodTemplates and the request first; the pods follow
    once it is Provisioned, consuming it;
@@ -35,6 +36,7 @@ from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager import manifests
 from distributetrain.manager.capacity import MODE_QUEUE, GangPlan
+from distributetrain.manager.hostfilepush import HostfilePush
 from distributetrain.manager.startup import Outcome, StartWatch
 from distributetrain.observe import joblog
 from distributetrain.observe.joblog import Reporter
@@ -228,10 +230,13 @@ class GroupStart:
         body = manifests.hostfile_configmap(self.spec, hosts, owner=self.pre.owner, mutable=True,
                                             names={h.host: podstatus.name(w) for h, w in pairs},
                                             nodes={h.host: str(podstatus.node(w)) for h, w in pairs})
-        written = self.kube.patch("configmaps", self.spec.namespace, name, {"data": body["data"]})
+        push = HostfilePush(self.kube, namespace=self.spec.namespace, job=self.spec.job_name,
+                            reporter=self.reporter)
+        written = push.write(body["data"])
         lines = joblog.hostfile_text(hosts) or "(no workers)"
-        self.reporter.say(f"hostfile ConfigMap {name} written: {lines}; the chief's launcher reads it once "
-                          "the kubelet updates its volume")
+        seen = ("once its kubelet next syncs the pod" if push.refused else
+                "now: its pod was annotated, so its kubelet refreshes the volume")
+        self.reporter.say(f"hostfile ConfigMap {name} written: {lines}; the chief's launcher reads it {seen}")
         self.reporter.hostfile_written(written, hosts)
 
     # ---- a ProvisioningRequest -----------------------------------------------------------------------------

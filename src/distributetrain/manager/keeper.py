@@ -24,6 +24,7 @@ from distributetrain.errors import CannotPlace, InvalidInput, WorkerFailed
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Snapshot
 from distributetrain.manager import manifests, placing
+from distributetrain.manager.hostfilepush import HostfilePush
 from distributetrain.manager.recovery import (
     Member,
     Recovery,
@@ -118,6 +119,7 @@ class Keeper:
             else None
         self.claim = claim
         self._hostfile_text: tuple[str, str] | None = None
+        self.push = HostfilePush(kube, namespace=spec.namespace, job=spec.job_name, reporter=reporter)
         if self.holding < recovery.target:  # a worker was lost before PostTraining started
             self.next_look = clock()
         elif recovery.elastic and recovery.maximum > self.holding:
@@ -259,8 +261,7 @@ class Keeper:
         text = (body["data"][naming.HOSTFILE_KEY], body["data"].get(naming.HOSTNAMES_KEY, ""))
         if text == self._hostfile_text:
             return
-        self.kube.patch("configmaps", self.spec.namespace, naming.hostfile_configmap_name(self.spec.job_name),
-                        {"data": body["data"]})
+        self.push.write(body["data"])  # and the chief's kubelet refreshes its volume now (hostfilepush.py)
         self._hostfile_text = text
 
     # ---- losing and replacing ---------------------------------------------------------------------------

@@ -107,7 +107,8 @@ main.add_command(fault)
 @click.option("--volume-refresh", type=click.FloatRange(min=0), default=60.0, show_default=True,
               metavar="SECONDS",
               help="How often a running pod's Secret/ConfigMap volumes take updates (process runtime), as "
-                   "the kubelet's sync period; 0: never.")
+                   "the kubelet's sync period (plus up to half of it as jitter); an update of the pod "
+                   "object (e.g. an annotation) refreshes them at once; 0: only then.")
 @click.option("--node-link", default="", metavar="RATE[,DELAY]",
               help="Each node's link to the other nodes, shaped with tc (process runtime, root): e.g. 1gbit "
                    "or 500mbit (units bit, kbit, mbit, gbit); a delay (,0.2ms) only where the kernel has "

@@ -137,20 +137,31 @@ def node_index(node: str, known: dict[str, int], *, pod_cidr: str = "") -> int:
 
 @dataclass
 class AddressPool:
-    """Pod addresses `<first>.<second>.<node index>.<host>`; pure bookkeeping."""
+    """Pod addresses `<first>.<second>.<node index>.<host>`; pure bookkeeping.
+
+    Round-robin per node, as the CNI host-local IPAM hands them out (containernetworking/plugins
+    plugins/ipam/host-local/backend/allocator/allocator.go, GetIter: from the last reserved address + 1, "a
+    crash-looping container will not see the same IP until the entire range has been run through"). Handing
+    a freed address straight to the next pod would let the node and the other pods keep sending to the old
+    pod's MAC address until their neighbour entry for it fails (5 s and more): a replacement for a deleted
+    pod would answer its readiness probe and its peers seconds late."""
 
     first: int
     second: int
     used: set[str] = field(default_factory=set)
+    last: dict[int, int] = field(default_factory=dict)  # node index -> the host part allocated last
 
     def node_ip(self, index: int) -> str:
         return f"{self.first}.{self.second}.{index}.1"
 
     def allocate(self, index: int) -> str:
-        for host in POD_HOSTS:
+        hosts = list(POD_HOSTS)
+        start = hosts.index(self.last[index]) + 1 if self.last.get(index) in hosts else 0
+        for host in hosts[start:] + hosts[:start]:
             ip = f"{self.first}.{self.second}.{index}.{host}"
             if ip not in self.used:
                 self.used.add(ip)
+                self.last[index] = host
                 return ip
         raise InvalidInput(f"node index {index} has no free pod address: {len(POD_HOSTS)} pods are the most "
                            "a node holds in the local cluster; delete some pods")

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import shutil
 import signal
 import sys
@@ -40,6 +39,7 @@ from localcluster._internal.runtime.pods import ContainerRun, PodRun
 from localcluster._internal.runtime.probes import start_probes
 from localcluster._internal.runtime.processfaults import ProcessFault, ProcessFaults
 from localcluster._internal.runtime.runas import ContainerConfigError
+from localcluster._internal.runtime.volumesync import PodSyncs
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,10 @@ class ProcessRuntime:
         self.max_backoff = max_backoff
         self.shutdown_grace = shutdown_grace
         # how often a running pod's secret/configMap/downwardAPI/projected volumes are brought up to date: the
-        # kubelet's sync period (1 minute) is what a real cluster's updates wait for; 0: never
+        # kubelet's sync period (1 minute, plus up to half of it as jitter) is what a real cluster's updates
+        # wait for, unless the pod object itself is updated (runtime/volumesync.py); 0: only then
         self.volume_refresh = volume_refresh
+        self.syncs = PodSyncs()
         self.pods: dict[str, PodRun] = {}              # by uid
         self.failed_nodes: set[str] = set()
         self._host: RuntimeHost | None = None
@@ -145,6 +147,7 @@ class ProcessRuntime:
                                   netns=self.network.mode == "netns", isolate=self.isolate,
                                   user_namespace=self.user_namespace)
         await self.enforcement.start(host)
+        host.on_change(("pods",), self.syncs.pod_changed)
 
     @property
     def launcher(self) -> Launcher:
@@ -329,8 +332,7 @@ class ProcessRuntime:
             await self._report(run)
             for ctr in run.app:
                 run.spawn(self._supervise(run, ctr))
-            if self.volume_refresh > 0:
-                run.spawn(self._refresh_volumes(run))
+            run.spawn(self._refresh_volumes(run))
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a pod that cannot be set up fails; the runtime goes on
@@ -342,18 +344,29 @@ class ProcessRuntime:
             await self._report(run)
 
     async def _refresh_volumes(self, run: PodRun) -> None:
-        """The kubelet's periodic sync of a running pod's volumes: every `volume_refresh` seconds, from a
-        random phase (pods started together do not refresh together), an update lands atomically."""
-        await asyncio.sleep(random.uniform(0, self.volume_refresh))
-        while not (run.deleting or run.lost or run.terminating):
-            try:
-                changed = self.launcher.refresh_volumes(run)
-            except (OSError, ValueError) as e:
-                log.warning("pod %s/%s: volumes not refreshed: %s", run.namespace, run.name, e)
-            else:
-                if changed:
-                    log.info("pod %s/%s: volumes %s updated", run.namespace, run.name, ", ".join(changed))
-            await asyncio.sleep(self.volume_refresh)
+        """The kubelet's syncs of a running pod's volumes (runtime/volumesync.py): every `volume_refresh`
+        seconds plus up to half of it (so pods started together drift apart), and at once when the pod object
+        is updated (an annotation, a label); each update of a volume lands atomically."""
+        self.syncs.track(run.uid)
+        try:
+            while not (run.deleting or run.lost or run.terminating):
+                updated = await self.syncs.wait(run.uid, self.volume_refresh)
+                if run.deleting or run.lost or run.terminating:
+                    return
+                latest = self.syncs.latest(run.uid)
+                if updated and latest is not None:  # a downwardAPI volume shows the pod as it is now
+                    for key in ("labels", "annotations"):
+                        run.pod["metadata"][key] = dict(latest["metadata"].get(key) or {})
+                try:
+                    changed = self.launcher.refresh_volumes(run)
+                except (OSError, ValueError) as e:
+                    log.warning("pod %s/%s: volumes not refreshed: %s", run.namespace, run.name, e)
+                else:
+                    if changed:
+                        log.info("pod %s/%s: volumes %s updated%s", run.namespace, run.name,
+                                 ", ".join(changed), " (the pod was updated)" if updated else "")
+        finally:
+            self.syncs.forget(run.uid)
 
     async def _retry(self, run: PodRun, make: Any) -> Any:
         """Wait, like the kubelet, for referenced Secrets/ConfigMaps that do not exist yet."""

@@ -6,12 +6,12 @@ directory per claim under the cluster's state dir, kept across pods until `local
 exist). A memory-backed emptyDir is a tmpfs (runtime/tmpfs.py). The sandbox (runtime/sandbox.py) bind-mounts
 them inside the container's private mount namespace. Secret, configMap, downwardAPI and projected contents
 are written as the kubelet's AtomicWriter writes them (the files in a `..<time>` directory, `..data` a symlink
-to it, each top-level name a symlink through `..data`), so an update (`refresh`, which the runtime calls every
-`volume_refresh` seconds) swaps every file at once with one rename. With the pod's `fsGroup`, a volume's files
-belong to that group and are
-group-readable (secret, configMap, downwardAPI, projected) or readable and writable (emptyDir,
-persistentVolumeClaim), directories setgid, as the kubelet's SetVolumeOwnership makes them: a non-root
-container reads a Secret mounted with mode 0400 through its group, the mode becoming 0440.
+to it, each top-level name a symlink through `..data`), so an update (`refresh`, which the runtime calls on
+each of the kubelet's syncs of the pod, runtime/volumesync.py) swaps every file at once with one rename.
+With the pod's `fsGroup`, a volume's files belong to that group and are group-readable (secret, configMap,
+downwardAPI, projected) or readable and writable (emptyDir, persistentVolumeClaim), directories setgid, as the
+kubelet's SetVolumeOwnership makes them: a non-root container reads a Secret mounted with mode 0400 through
+its group, the mode becoming 0440.
 """
 
 from __future__ import annotations
