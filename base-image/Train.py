@@ -17,7 +17,8 @@ Output contract (tests and `make demo` read these lines):
               (E epochs done of N, S steps done; every field optional; any script may print this line:
               docs/images.md, "The progress line")
   every rank: `rank=R size=S weights_sha256=HEX` (identical on every rank when training worked)
-  every rank: its heartbeat, every HEARTBEAT_EVERY seconds while it trains and once when its training ends:
+  every rank: its heartbeat, at its first step (untimed), every HEARTBEAT_EVERY seconds while it trains and
+              once when its training ends:
               `dt-progress rank=R step=S step_s=T compute_s=C` (S steps done by this process, T mean
               seconds per step since its last beat, C the mean of them it spent computing its gradients
               before the all-reduce; `done=1` on the last), which the manager's watchdog reads to find a
@@ -443,6 +444,10 @@ class Heartbeat(tf.keras.callbacks.Callback):
         compute = (logs or {}).get(COMPUTE_S)
         if compute is not None:
             self.computed = (self.computed[0] + float(compute), self.computed[1] + 1)
+        if self.steps == 1:
+            # said at once, untimed (its time is the start-up's): a rank frozen before its first periodic
+            # beat must still be known to the watchdog, or it blames a rank that only waits for it
+            print(f"dt-progress rank={self.rank} step=1", flush=True)
 
     def on_train_end(self, logs: dict[str, float] | None = None) -> None:
         self.stop()

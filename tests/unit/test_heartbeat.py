@@ -80,8 +80,10 @@ def test_train_py_prints_the_heartbeat_the_manager_reads() -> None:
     assert heartbeat.parse_rank(next(x for x in done.stdout.splitlines() if "dt-rank" in x))[0] == 2  # type: ignore[index]
     beats = [heartbeat.parse(line) for line in done.stdout.splitlines() if "dt-progress" in line]
     assert [(b.rank, b.step, b.done, b.compute_seconds) for b in beats if b is not None] == [
+        (2, 1, False, None),  # its first step, said at once
         (2, 3, False, None), (2, 4, True, None), (2, 7, False, 0.5)]  # the mean compute time of its steps
-    assert all(b is not None and b.step_seconds is not None and b.step_seconds >= 0 for b in beats)
+    assert beats[0] is not None and beats[0].step_seconds is None  # untimed: its time is the start-up's
+    assert all(b is not None and b.step_seconds is not None and b.step_seconds >= 0 for b in beats[1:])
 
 
 def test_the_helper_beats_from_its_thread_and_ends_marked_done() -> None:
@@ -91,12 +93,26 @@ def test_the_helper_beats_from_its_thread_and_ends_marked_done() -> None:
     with beat:
         for _ in range(4):
             beat.step()
-        while "step=4" not in out.getvalue():
+        while "step=4 step_s=" not in out.getvalue():
             pass
     beats = [heartbeat.parse(line) for line in out.getvalue().splitlines()[1:]]  # after its dt-rank line
     assert all(b is not None and b.rank == 3 for b in beats)
-    assert beats[0] is not None and beats[0].step == 4 and beats[0].step_seconds is not None
+    assert Beat(3, 1) in beats  # the first step's, from the step itself
+    timed = next(b for b in beats if b is not None and b.step == 4)
+    assert timed.step_seconds is not None  # the thread's
     assert beats[-1] == Beat(3, 4, None, True)  # no step since the last beat: no step time, and done
+
+
+def test_the_first_step_is_said_at_once_not_a_period_later() -> None:
+    # a rank frozen before its first periodic beat must be known to the watchdog: else it blames the ranks
+    # that only wait for it (tests/reliability/test_hangs.py, a worker frozen right after the first epoch)
+    out = io.StringIO()
+    beat = Heartbeat(1, every=3600, stream=out).start()
+    beat.step(compute_seconds=0.5)
+    beat.step()
+    lines = out.getvalue().splitlines()
+    assert [heartbeat.parse(line) for line in lines[1:]] == [Beat(1, 1)]  # once, untimed
+    beat.stop()
 
 
 def test_the_helper_reports_the_mean_compute_time_of_the_steps_since_its_last_beat() -> None:
@@ -110,7 +126,8 @@ def test_the_helper_reports_the_mean_compute_time_of_the_steps_since_its_last_be
     beat.step()                        # a step the script did not time
     beat.stop()
     beats = [heartbeat.parse(line) for line in out.getvalue().splitlines()[1:]]
-    assert [(b.step, b.compute_seconds) for b in beats if b is not None] == [(2, 0.3), (4, 0.1), (5, None)]
+    assert [(b.step, b.compute_seconds) for b in beats if b is not None] == [
+        (1, None), (2, 0.3), (4, 0.1), (5, None)]  # the first step's beat is untimed
 
 
 def test_a_helper_before_its_first_step_stays_quiet() -> None:

@@ -291,3 +291,28 @@ def test_rank_0_failing_on_gloos_timeout_after_its_peer_froze_blames_the_peer() 
              b"background loop uncaught exception: Timed out waiting 30000ms for recv operation")
     hang = dog.blame(failed_rank=0)
     assert hang is not None and hang.how == "silent" and [r.rank for r in hang.ranks] == [1]
+
+
+def test_a_rank_frozen_before_its_first_periodic_beat_is_found_by_its_first_steps_beat() -> None:
+    # every rank says its first step at once (heartbeat.py); rank 2 freezes a second later, before its first
+    # periodic beat (10 s): the ranks waiting for it beat on at the step they stopped at
+    clock = Clock()
+    dog = started(clock, timeout=20.0)
+    for rank in (0, 1, 2):
+        dog.line(beat(rank, 1, None))
+    for _ in range(2):
+        clock.now += 10
+        for rank in (0, 1):
+            dog.line(beat(rank, 30, 0.03))
+    clock.now += 1
+    hang = dog.check()
+    assert hang is not None and [r.rank for r in hang.ranks] == [2] and hang.how == "silent"
+    # without that first beat the frozen rank is unknown, and the hang falls on a rank that only waited
+    dog = started(clock, timeout=20.0)
+    for rank in (0, 1):
+        dog.line(beat(rank, 30, 0.03))
+    clock.now += 21
+    for rank in (0, 1):
+        dog.line(beat(rank, 30, None))
+    unknown = dog.check()
+    assert unknown is not None and [r.rank for r in unknown.ranks] == [0, 1]  # the chief's among them

@@ -23,10 +23,15 @@ enter the all-reduce - over the same steps. Under synchronous all-reduce every r
 the same: the fast ranks wait in the all-reduce for the slow one, so `step_s` cannot tell which rank is
 slow; `compute_s` can (a rank on a throttled CPU or a slow GPU computes longer, the others wait longer).
 
-The beat comes from a thread, not from the training loop: a process blocked in a collective (waiting for a
-stuck peer) keeps beating with the same step count - alive, no progress - while a frozen process (SIGSTOP, a
-hung kernel call) falls silent. That difference is how the watchdog tells the rank that stopped first from
-the ranks that wait for it.
+The first step is said at once, by the step itself (`dt-progress rank=3 step=1`, untimed: its time is the
+start-up's): a rank frozen before its first periodic beat would otherwise be unknown to the watchdog, which
+then sees only the ranks waiting for it and blames one of them - rank 0, the chief, which no restart or
+replacement can remove (a worker frozen right after the first epoch, tests/reliability/test_hangs.py).
+
+The periodic beat comes from a thread, not from the training loop: a process blocked in a collective (waiting
+for a stuck peer) keeps beating with the same step count - alive, no progress - while a frozen process
+(SIGSTOP, a hung kernel call) falls silent. That difference is how the watchdog tells the rank that stopped
+first from the ranks that wait for it.
 
 For a training script (base-image/Train.py has the same as a Keras callback, being self-contained):
 
@@ -37,12 +42,12 @@ For a training script (base-image/Train.py has the same as a Keras callback, bei
             compute_s = train_step(batch)
             beat.step(compute_seconds=float(compute_s))
 
-`step()` costs one integer add (two with a compute time); the thread prints one line every `every` seconds
-(DT_HEARTBEAT_SECONDS, default 10). The compute time is the script's to measure, without waiting for the
-device: inside a `tf.function` step, `tf.timestamp()` before the forward pass and again once the gradients
-exist, before they are all-reduced (Train.py's `TimedTape` does it for Keras; for a custom loop, take the
-second stamp after `tape.gradient` and before `hvd.DistributedGradientTape`'s all-reduce, e.g. by computing
-the local gradients with a plain tape and all-reducing them with `hvd.allreduce`).
+`step()` costs one integer add and a comparison (an add more with a compute time); the thread prints one line
+every `every` seconds (DT_HEARTBEAT_SECONDS, default 10). The compute time is the script's to measure, without
+waiting for the device: inside a `tf.function` step, `tf.timestamp()` before the forward pass and again once
+the gradients exist, before they are all-reduced (Train.py's `TimedTape` does it for Keras; for a custom
+loop, take the second stamp after `tape.gradient` and before `hvd.DistributedGradientTape`'s all-reduce, e.g.
+by computing the local gradients with a plain tape and all-reducing them with `hvd.allreduce`).
 """
 
 from __future__ import annotations
@@ -164,6 +169,10 @@ class Heartbeat:
         if compute_seconds is not None:
             total, counted = self._computed
             self._computed = (total + compute_seconds, counted + steps)
+        if self._steps == steps:  # the first step, said now rather than a period later (the docstring)
+            stream = self._stream or sys.stdout
+            stream.write(line(Beat(self.rank, self._steps)) + "\n")
+            stream.flush()
 
     def stop(self, *, done: bool = True) -> None:
         """The training loop ended: the last beat, marked done; the thread ends. Not `done` when the loop
