@@ -275,6 +275,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SA = "distributetrain-serviceaccount"
 
 
+def apply_role_without(cluster: TestCluster, resource: str, verb: str) -> None:
+    """rbac/'s namespaced Role applied again without `verb` on `resource` (a Role from before that grant)."""
+    roles = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
+    role = next(doc for doc in roles if doc["kind"] == "Role")
+    for rule in role["rules"]:
+        if rule["resources"] == [resource]:
+            rule["verbs"].remove(verb)
+    assert cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(role)).returncode == 0
+
+
 def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
         local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
@@ -294,12 +304,7 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
     assert running.join() == 0, recorder.text
     assert "could not be annotated" not in recorder.text
 
-    role = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
-    without = next(doc for doc in role if doc["kind"] == "Role")
-    for rule in without["rules"]:
-        if "configmaps" in rule["resources"]:
-            rule["verbs"].remove("patch")
-    assert cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(without)).returncode == 0
+    apply_role_without(cluster, "configmaps", "patch")
     orch, recorder = orchestrator(cluster, spec(min_gpus="1", job_name="train"), kube=as_manager, owner=owner)
     running = Running(cluster, orch)
     wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
@@ -315,12 +320,7 @@ def test_without_patch_on_pods_a_job_is_kept_and_the_manager_says_once_what_it_c
     update at its kubelet's periodic sync, which costs time, not the job."""
     cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
     assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
-    roles = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
-    role = next(doc for doc in roles if doc["kind"] == "Role")
-    for rule in role["rules"]:
-        if rule["resources"] == ["pods"]:
-            rule["verbs"].remove("patch")
-    assert cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(role)).returncode == 0
+    apply_role_without(cluster, "pods", "patch")
     as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
                                  ca_path=str(cluster.ca_path))
     owner = manager_pod(Kube(cluster.api_client()))
