@@ -120,7 +120,8 @@ class PreTraining:
         assert plan is not None
         timings: dict[str, float] = {}
         attempt = 0
-        checks = 0  # pre-flight checks that failed, each followed by a re-plan without the nodes blamed
+        # pre-flight checks that failed, each followed by a re-plan without the nodes blamed
+        failed_checks = 0
         while True:
             names = []
             for index, entry in enumerate(plan.workers):
@@ -174,8 +175,8 @@ class PreTraining:
                     if verdict is None or verdict.passed:
                         timings["preflight_ended"] = self.clock() - self._started
                         break
-                    checks += 1
-                    plan = self._exclude(verdict, created, checks=checks, attempt=attempt)
+                    failed_checks += 1
+                    plan = self._exclude(verdict, created, failed_checks=failed_checks, attempt=attempt)
                     continue
             self.reporter.say(f"attempt {attempt + 1}: the gang did not start: {failure}; deleting the gang "
                               "so no GPU stays held")
@@ -191,7 +192,7 @@ class PreTraining:
             self.reporter.say(f"re-planning in {pause:.1f}s (retry {attempt + 1} of {spec.retries})")
             self._sleep(pause)
             attempt += 1
-            plan = self._replanned(self.plan(attempt=attempt + checks))
+            plan = self._replanned(self.plan(attempt=attempt + failed_checks))
         chief_name = created[-1]
         return StartedJob(job=spec.job_name, namespace=spec.namespace, plan=plan, workers=tuple(names),
                         chief=chief_name, attempts=attempt + 1, timings=timings)
@@ -238,7 +239,7 @@ class PreTraining:
                                   f"{spec.ssh_timeout + PREFLIGHT_WAIT:g}s; supervising the job as it is")
                 return None
 
-    def _exclude(self, verdict: chieflog.PreflightVerdict, created: list[str], *, checks: int,
+    def _exclude(self, verdict: chieflog.PreflightVerdict, created: list[str], *, failed_checks: int,
                  attempt: int) -> planner.Plan:
         """After a failed pre-flight: exclude the nodes it blamed, delete the gang and plan again without
         them; or, with no node to exclude, no check left or no plan left, PreflightFailed (exit 76; the
@@ -251,18 +252,18 @@ class PreTraining:
         if not blamed:
             raise PreflightFailed(f"{job}: {verdict.why}; the check named no node to exclude, so a re-plan "
                                   "would not help (see the chief's log above); nothing was kept")
-        if checks >= spec.preflight_attempts:
+        if failed_checks >= spec.preflight_attempts:
             raise PreflightFailed(
-                f"{job}: the pre-flight check failed {checks} time(s), excluding node(s) {excluded}; the "
-                f"last: {verdict.why}. Check the network of those nodes (or cordon them), lower --min-busbw "
-                "if every link is that slow, or raise --preflight-attempts; nothing was kept")
+                f"{job}: the pre-flight check failed {failed_checks} time(s), excluding node(s) {excluded}; "
+                f"the last: {verdict.why}. Check the network of those nodes (or cordon them), lower "
+                "--min-busbw if every link is that slow, or raise --preflight-attempts; nothing was kept")
         self.reporter.preflight_excluded(
             f"the pre-flight check blamed node(s) {', '.join(blamed)}: {verdict.why}; deleting the gang and "
-            f"re-planning without node(s) {excluded} (check {checks + 1} of at most "
+            f"re-planning without node(s) {excluded} (check {failed_checks + 1} of at most "
             f"{spec.preflight_attempts} next)", blamed, created)
         self._delete_gang(created)
         try:
-            return self._replanned(self.plan(attempt=attempt + checks))
+            return self._replanned(self.plan(attempt=attempt + failed_checks))
         except CannotPlace as err:
             raise PreflightFailed(
                 f"{job}: no plan is left without the node(s) the pre-flight check excluded ({excluded}): "
