@@ -73,7 +73,9 @@ def commit() -> str:
         return done.stdout.strip() if done.returncode == 0 else ""
 
     head = git("rev-parse", "--short=12", "HEAD") or "no commit yet"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # what a run writes itself (its results, the report and its plots) does not make the tree it ran "dirty"
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results",
+                ":(exclude)docs/benchmarks.md", ":(exclude)docs/img")
     return f"{head} + uncommitted changes" if dirty or head == "no commit yet" else head
 
 

@@ -8,15 +8,26 @@ bandwidth - plus a 1-GPU job on one node, the one-process baseline. A run is a l
 processes whose nodes hold exactly the split's GPUs, and a job through the product's own `distributetrain
 run`: the planner's split (checked against the one wanted), sshd workers and a chief running horovodrun, in
 the demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank runs
-bench/measure/throughput_rank.py: a fixed compute step plus `hvd.allreduce` of a 25 MB and a 100 MB
-gradient, pinned to core `rank % cores`.
+bench/measure/throughput_rank.py, pinned to core `rank % cores`: a fixed compute step (WORK matrix products)
+plus `hvd.allreduce` of a GRADIENT_MB gradient.
+
+The workload is sized as a GPU job is, not as a CPU one: what sets the cost of spanning nodes is the share of
+a step the all-reduce takes inside one node, times how much slower the node link is. A GPU's in-node
+all-reduce (NVLink) costs a few percent of its step: ResNet-50's 100 MB fp32 gradient at ~130 GB/s of bus
+bandwidth is ~1.4 ms of a ~0.2 s step, a 1.3 GB BERT-large gradient ~18 ms of ~0.5 s. This bench's first
+workload (25 and 100 MB per ~0.2 s of compute) spent 35-87% of a step in the in-node all-reduce, so its span
+cost measured the CPU's slow all-reduce, not the network (a 2-node job at 1:20 spent 10.7x its compute
+communicating). WORK and GRADIENT_MB put the in-node all-reduce at ~3-5% of a step (2026-11-26, bare
+horovodrun on this machine: 4 ranks 0.43 s of compute, 19 ms of all-reduce; 8 ranks 0.89 s and 26 ms), the
+floor here being the ~12 ms two ranks sharing a core take to meet whatever the size. The links are set from a
+gradient where bandwidth, not that floor, sets the all-reduce's time (CALIBRATION_MB).
 
 The order, and what is kept:
-1. The one-node 4- and 8-rank jobs without a node link run first (CALIBRATION_REPEATS each): the slowest
-   median bus bandwidth of their all-reduce sets the node links (1:5 and 1:20 of it), so every shaped link
-   is slower than the in-node path of every job measured and a shaped column measures the network (raw TCP
-   between two pods, which this bench used before, is several times faster than the 4 ranks' all-reduce on
-   2 cores: its 1:5 link was not the bottleneck).
+1. The one-node 4- and 8-rank jobs without a node link run first (CALIBRATION_REPEATS each, a
+   CALIBRATION_MB gradient): the slowest median bus bandwidth of their all-reduce sets the node links (1:5
+   and 1:20 of it), so every shaped link is slower than the in-node path and a shaped column measures the
+   network (raw TCP between two pods, which this bench used before, is several times faster than the 4
+   ranks' all-reduce on 2 cores: its 1:5 link was not the bottleneck).
 2. Every cell then runs REPEATS times, round robin (bench/sim/span_calibration.schedule: pass by pass, every
    cell once per pass, alternate passes backwards), so a busy spell of this shared machine falls on every
    cell alike. Every run is kept; the report gives each cell's median, interquartile range and n, and fits
@@ -26,7 +37,7 @@ This machine has few cores: with 4 or 8 ranks on 2, ranks share each core in eve
 (rank r on core r % 2), so the splits of one job differ only in the network between the ranks.
 
 `main(quick)` is what bench/run.py calls (section `throughput`); quick mode and non-root skip it. The whole
-run takes about 3 hours (ESTIMATE in docs/benchmarks.md, from the runs' own durations); `--smoke` a few
+run takes about 80 minutes (the estimate in docs/benchmarks.md, from the runs' own durations); `--smoke` a few
 minutes. Results are rendered by bench/report/throughput_section.py and plotted by bench/report/plots.py.
 """
 
@@ -61,8 +72,10 @@ SPLITS: Mapping[int, tuple[tuple[int, ...], ...]] = MappingProxyType({
 BASELINE = (1,)
 #: None: no node link; N: the node link carries 1/N of the in-node all-reduce's bus bandwidth
 RATIOS: tuple[int | None, ...] = (None, 5, 20)
-GRADIENT_MB = (25, 100)
-SECONDS_PER_SIZE = 12.0
+GRADIENT_MB: tuple[float, ...] = (2,)
+CALIBRATION_MB: tuple[float, ...] = (25,)
+WORK = 600
+SECONDS_PER_SIZE = 6.0
 REPEATS = 5
 CALIBRATION_REPEATS = 3
 JOB_TIMEOUT = 1200.0
@@ -114,15 +127,15 @@ def kubectl(kubeconfig: Path, *args: str, input: str | None = None, timeout: flo
     return done.stdout
 
 
-def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float],
-            seconds: float) -> dict[str, Any]:
+def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float], seconds: float,
+            work: int = WORK) -> dict[str, Any]:
     """One job of sum(split) GPUs on nodes holding exactly `split`; the ranks' measurements and how it ran."""
     gpus = sum(split)
     # no --network-interface: the chief's launcher passes the pod's own (eth0) where a rank runs on a
     # worker, and none for a job planned onto one pod (horovodrun refuses any interface but the loopback's
     # there: "No interface is found for address 127.0.0.1"), as the demo
     command = (f"python3 {RANK_SCRIPT} --gradient-mb {','.join(f'{s:g}' for s in sizes)} "
-               f"--seconds {seconds:g}")
+               f"--seconds {seconds:g} --work {work}")
     with cluster(split, node_link) as local:
         kubectl(local.kubeconfig, "apply", "--server-side", "-f",
                 str(ROOT / "scripts" / "demo-namespace.yaml"))
@@ -152,7 +165,8 @@ def run_job(split: Sequence[int], *, node_link: str, sizes: Sequence[float],
 
 def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
             ratios: Sequence[int | None] = RATIOS, sizes: Sequence[float] = GRADIENT_MB,
-            seconds: float = SECONDS_PER_SIZE, repeats: int = REPEATS,
+            seconds: float = SECONDS_PER_SIZE, repeats: int = REPEATS, work: int = WORK,
+            calibration_sizes: Sequence[float] = CALIBRATION_MB,
             calibration_repeats: int = CALIBRATION_REPEATS, baseline: bool = True,
             progress: Callable[[str], None] = print, run: Callable[..., dict[str, Any]] | None = None,
             ) -> dict[str, Any]:
@@ -162,9 +176,11 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
     run_one = run or run_job
     started = time.monotonic()
 
-    def job(split: tuple[int, ...], link: Mapping[str, Any] | None, repeat: int, name: str) -> dict[str, Any]:
+    def job(split: tuple[int, ...], link: Mapping[str, Any] | None, repeat: int, name: str,
+            gradients: Sequence[float] = sizes) -> dict[str, Any]:
         load = round(os.getloadavg()[0], 1)
-        made = run_one(split, node_link=str(link["node_link"]) if link else "", sizes=sizes, seconds=seconds)
+        made = run_one(split, node_link=str(link["node_link"]) if link else "", sizes=gradients,
+                       seconds=seconds, work=work)
         made.update(link=name, load_average_1m=load, repeat=repeat,
                     started_s=round(time.monotonic() - started - made["job_wall_s"], 1))
         steps = ", ".join(f"{mb} MB {r['steps_per_s']:.2f} steps/s" for mb, r in made["sizes"].items())
@@ -173,7 +189,7 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
         return made
 
     one_node = [(ranks,) for ranks in splits]
-    calibration = [job(split, None, repeat, "in-node") for repeat, split in
+    calibration = [job(split, None, repeat, "in-node", calibration_sizes) for repeat, split in
                    span_calibration.schedule(one_node, calibration_repeats)]
     in_node = span_calibration.in_node_bus_bandwidth(calibration)
     slowest = float(in_node["slowest_bytes_per_s"])
@@ -201,9 +217,10 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
         left = (time.monotonic() - started) / (done + 1 + len(calibration)) * (len(order) - done - 1)
         progress(f"throughput: {done + 1}/{len(order)} runs, about {left / 60:.0f} min left")
     return {"format": 2, "cores": len(os.sched_getaffinity(0)), "ranks": list(splits),
-            "in_node": {**in_node, "runs": calibration, "repeats": calibration_repeats},
+            "in_node": {**in_node, "runs": calibration, "repeats": calibration_repeats,
+                        "gradient_mb": list(calibration_sizes)},
             "links": links, "repeats": repeats, "every_run": every, "failed_runs": failed,
-            "gradient_mb": list(sizes),
+            "gradient_mb": list(sizes), "work": work,
             "seconds_per_size": seconds, "fit_link": span_calibration.link_name(model.FIT_LINK_RATIO),
             "took_s": round(time.monotonic() - started, 1)}
 
@@ -211,7 +228,7 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
 def main(quick: bool) -> dict[str, Any]:
     if quick:
         return {"skipped": "quick mode; `python -m bench.run --only throughput` measures it "
-                           "(needs root, about 3 hours)"}
+                           "(needs root, about 80 minutes)"}
     if os.geteuid() != 0:
         return {"skipped": "needs root (the process runtime's network namespaces and tc)"}
     return measure()
@@ -222,10 +239,10 @@ if __name__ == "__main__":
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true",
                         help="a few minutes: [4] and [2,2] at a 1:20 link, 2 repetitions, one calibration "
-                             "run, no baseline, the 25 MB gradient, 3 s each")
+                             "run, no baseline, 3 s each")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
-    result = (measure(splits={4: ((4,), (2, 2))}, ratios=(20,), sizes=(25,), seconds=3.0, repeats=2,
+    result = (measure(splits={4: ((4,), (2, 2))}, ratios=(20,), seconds=3.0, repeats=2,
                       calibration_repeats=1, baseline=False)
               if args.smoke else main(False))
     text = json.dumps(result, indent=1)

@@ -106,7 +106,7 @@ def test_a_failed_job_costs_its_cell_one_repetition_not_the_run(tmp_path: Path) 
     calls: list[tuple[int, ...]] = []
 
     def job(split: tuple[int, ...], *, node_link: str, sizes: Sequence[float],
-            seconds: float) -> dict[str, Any]:
+            seconds: float, work: int) -> dict[str, Any]:
         calls.append(split)
         if split == (2, 2) and calls.count(split) == 1:
             raise RuntimeError("the 4-GPU job on [2, 2] exited with 1")
@@ -128,7 +128,7 @@ def test_measure_calibrates_first_then_sets_the_links_and_interleaves_the_cells(
     made: list[tuple[tuple[int, ...], str]] = []
 
     def job(split: tuple[int, ...], *, node_link: str, sizes: Sequence[float],
-            seconds: float) -> dict[str, Any]:
+            seconds: float, work: int) -> dict[str, Any]:
         made.append((split, node_link))
         ranks = sum(split)
         allreduce = 0.0 if ranks == 1 else 2 * (ranks - 1) / ranks * 25e6 / (4e8 if ranks == 4 else 2e8)
