@@ -185,7 +185,6 @@ def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:
 #: bench's workload's - its gradient bytes per second of compute over these links - not a GPU job's
 #: (docs/benchmarks.md, "Training throughput per placement").
 FIT_LINK_RATIO = 20
-FIT_IS_STAND_IN = True
 FITTED_COMM: Mapping[str, Mapping[int, float]] = MappingProxyType({
     "low": MappingProxyType({1: 0.8661, 2: 2.1534, 3: 1.7756, 4: 2.1460}),
     "median": MappingProxyType({1: 0.8661, 2: 2.3997, 3: 2.2551, 4: 2.3289}),

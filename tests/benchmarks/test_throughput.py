@@ -51,7 +51,7 @@ def fake_result(repeats: int = 5) -> dict[str, Any]:
             "in_node": {**sc.in_node_bus_bandwidth(calibration), "runs": calibration, "repeats": 1},
             "links": [{"name": "unshaped", "ratio": None, "payload_bytes_per_s": None, "node_link": ""},
                       {"name": "1:20", "ratio": 20, "payload_bytes_per_s": 1.5e7, "node_link": "126mbit"}],
-            "every_run": runs, "seconds_per_size": 12.0, "fit_link": "1:20", "took_s": 9000.0}
+            "every_run": runs, "seconds_per_size": 12.0, "fit_link": "1:20", "took_s": 9000.0, "work": 600}
 
 
 # ---- what one job says -------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_the_simulators_span_cost_is_the_stored_runs_fit() -> None:
         assert sorted(fitted) == sorted(model.FITTED_COMM[end])
         assert [fitted[k] for k in sorted(fitted)] == pytest.approx(
             [model.FITTED_COMM[end][k] for k in sorted(fitted)], abs=0.0005)
-    assert (result.get("format") != 2) == model.FIT_IS_STAND_IN
+    assert result.get("format") == 2  # repeated, interleaved runs, links from the in-node all-reduce
     assert model.SPAN_COST.slowdown(2, 1) == pytest.approx(found.slowdown[2].median, abs=0.001)
     low, high = (model.SPAN_COST_ENDS[end].slowdown(2, 1) for end in ("low", "high"))
     assert low <= model.SPAN_COST.slowdown(2, 1) <= high
@@ -299,22 +299,11 @@ def test_the_report_shows_median_iqr_and_n_the_links_and_the_fit(tmp_path: Path)
     assert "every cell ran 5 times, round robin" in section
     assert "2 nodes 1.250 [" in section and "(n=15)" in section
     assert "bench/sim/model.py holds other values" in section  # the fake fit is not the stored one
-    assert "Stand-in" not in section
-    assert f"about {throughput_section.estimate_s() / 3600:.1f} hours" in section
+    assert "a fixed compute step (600 256x256 float32 matrix products" in section
+    assert "on a gradient large enough for bandwidth, not latency, to set its time: 4 ranks" in section
+    assert f"about {throughput_section.estimate_s() / 60:.0f} minutes" in section
     assert "![slowdown per split](img/throughput_slowdown.png)" in section
     assert (tmp_path / "img" / "throughput_slowdown.png").stat().st_size > 10_000
-
-
-def test_an_older_two_pass_result_renders_as_a_labelled_stand_in(tmp_path: Path) -> None:
-    speed = ROOT / "bench" / "results" / "speed.json"
-    result = json.loads(speed.read_text()).get("throughput") if speed.exists() else None
-    if not result or result.get("format") == 2:
-        pytest.skip("the stored throughput run is a current one")
-    section = _render(tmp_path, result)
-    assert "**Stand-in.**" in section
-    assert "this run predates the interleaved repetitions: its cells have n=2" in section
-    assert "This run set them from raw TCP" in section
-    assert "bench/sim/model.py holds these values (FITTED_COMM)" in section
 
 
 def test_the_full_run_estimate_counts_every_job() -> None:
