@@ -286,9 +286,10 @@ def _method() -> str:
   comm(k) as a share of compute on k nodes; a job on k nodes whose size needs k0 on an empty cluster runs
   (1 + comm(k)) / (1 + comm(k0)) times as long. comm(k) is fitted from the throughput runs (section
   "{throughput_section.TITLE}"): at node links of 1/{model.FIT_LINK_RATIO}, comm(1) =
-  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4 or more) =
-  {cost.comm(4):.3f} (held past the nodes measured: a ring crosses each node's link once per direction
-  however many nodes it spans; a dip is held at the value before it). Per extra node: {_steps(cost)}; a
+  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4) =
+  {cost.comm(4):.3f}, comm(8 or more) = {cost.comm(8):.3f} (interpolated between the node counts measured,
+  held past the last: a ring crosses each node's link once per direction however many nodes it spans; a
+  dip is held at the value before it). Per extra node: {_steps(cost)}; a
   64-GPU job spread over 16
   nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. The 95% interval of the fit runs from
   {_steps(low)} to {_steps(high)}; section "Placement quality: the goals" gives the verdicts at both ends.

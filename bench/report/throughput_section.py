@@ -1,11 +1,11 @@
 """docs/benchmarks.md's section on training throughput per placement (bench/measure/throughput.py's result),
 rendered from the JSON at report time: each cell as median [interquartile range] over its repetitions with n,
 the node links and how they were set, and the span cost fitted from the runs with its interval
-(bench/sim/span_calibration.py). A result stored before the bench repeated and interleaved its runs (two
-passes, links from raw TCP) is rendered by the same code, and says so."""
+(bench/sim/span_calibration.py)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -176,9 +176,10 @@ def _noise(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
     iqr = sorted(c["step_s"][mb].iqr / c["step_s"][mb].median for c in sc.cell_spreads(runs).values()
                  for mb in c["step_s"] if c["step_s"][mb].n > 1 and c["step_s"][mb].median > 0)
     return (f"**How much of this is noise.** Within one cell, the slowest repetition's median step over the "
-            f"fastest's is {ratios[len(ratios) // 2]:.2f}x at the median and up to {ratios[-1]:.2f}x "
+            f"fastest's is {statistics.median(ratios):.2f}x at the median and up to "
+            f"{ratios[-1]:.2f}x "
             f"({len(ratios)} cells and gradient sizes); the interquartile range is a median "
-            f"{100 * iqr[len(iqr) // 2]:.0f}% of the cell's median step. Two splits whose ranges overlap are "
+            f"{100 * statistics.median(iqr):.0f}% of the cell's median step. Two splits whose ranges overlap are "
             "not told apart by these runs.")
 
 
@@ -205,16 +206,23 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
                   "and both ends (`python -m bench.run --only placement`, then the same with `--span-cost "
                   "low` and `--span-cost high`).**")
     cost = model.SPAN_COST
+    repeats = (f"{found.repeats[0]}" if found.repeats[0] == found.repeats[1]
+               else f"{found.repeats[0]}-{found.repeats[1]}")
     return (
         f"**The simulator's span cost, fitted** (bench/sim/span_calibration.fit, bench/sim/model.py "
-        f"FITTED_COMM). At {link}, comm(k) - exposed communication as a share of compute, the median "
-        f"over every run on k nodes ({ranks} jobs alike) - with its 95% bootstrap interval "
-        f"({found.resamples:,} resamples of each cell's {found.repeats[0]}-{found.repeats[1]} repetitions): "
-        f"{comm}. A one-node job on k nodes then runs (1 + comm(k)) / (1 + comm(1)) as long: {slow}. "
-        f"{match} Past {nodes[-1]} nodes the model holds the last value (a ring crosses each node's link "
-        "once per direction however many nodes it spans), a dip is held at the value before it, and node "
-        "counts between those measured are interpolated. The simulator charges a one-node job on 2 nodes "
-        f"{cost.slowdown(2, 1):.3f}x (interval ends {model.SPAN_COST_ENDS['low'].slowdown(2, 1):.3f}x and "
+        f"FITTED_COMM). At {link}, per rank count ({ranks} jobs): the median exposed-communication share "
+        "of compute over its runs on k nodes, and a one-node job's slowdown on k nodes, (1 + share(k)) / "
+        "(1 + share(1)), held rising; then the mean over the rank counts, each interpolated between the "
+        "node counts it ran and held past its last (3 nodes were run only by 4-rank jobs, 8 only by 8-rank "
+        "ones, and an 8-rank job's share is smaller: pooling both into one median made dips that were the "
+        f"mix, not the network). With 95% bootstrap intervals ({found.resamples:,} resamples of each "
+        f"cell's {repeats} repetitions, the whole profile recomputed each time): slowdown {slow}; comm(k), "
+        f"the share that implies, (1 + comm(1)) x slowdown - 1: {comm}. {match} Past {nodes[-1]} nodes the "
+        "model holds the last value (a ring crosses each node's link once per direction however many "
+        "nodes it spans). The ends are per node count, not one joint band: a job whose size needs 2+ nodes "
+        "is charged the ratio of two ends, which is not an end of that ratio's own interval. The simulator "
+        f"charges a one-node job on 2 nodes {cost.slowdown(2, 1):.3f}x (interval ends "
+        f"{model.SPAN_COST_ENDS['low'].slowdown(2, 1):.3f}x and "
         f"{model.SPAN_COST_ENDS['high'].slowdown(2, 1):.3f}x), where it charged "
         f"{model.BORROWED_SPAN_COST.slowdown(2, 1):.3f}x before: the Horovod paper's figure (Sergeev and Del "
         "Balso, 2017: 90% and 68% scaling efficiency on 512 GPUs, a 2017 network, other models; comm = "
@@ -223,9 +231,10 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
         "~0.2 s of compute, two passes per cell, links from raw TCP): that workload's all-reduce took most "
         "of a step inside one node, so it measured the CPU's all-reduce, not the network. What the fitted "
         f"magnitude is now: a job whose in-node all-reduce costs {100 * found.comm[1].median:.0f}% of its "
-        "compute (comm(1)), over node links at 1/20 of the in-node bus bandwidth. A GPU job with a smaller "
-        "in-node share, or a faster network, spans nodes more cheaply; one with a larger gradient per step "
-        "of compute, or a slower network, more dearly: the interval is this workload's, not every model's.")
+        f"compute (comm(1)), over node links at {link} of the in-node bus bandwidth. A GPU job with a "
+        "smaller in-node share, or a faster network, spans nodes more cheaply; one with a larger gradient "
+        "per step of compute, or a slower network, more dearly: the interval is this workload's, not every "
+        "model's.")
 
 
 def estimate_s() -> float:
