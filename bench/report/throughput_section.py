@@ -179,7 +179,8 @@ def _noise(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
             f"fastest's is {statistics.median(ratios):.2f}x at the median and up to "
             f"{ratios[-1]:.2f}x "
             f"({len(ratios)} cells and gradient sizes); the interquartile range is a median "
-            f"{100 * statistics.median(iqr):.0f}% of the cell's median step. Two splits whose ranges overlap are "
+            f"{100 * statistics.median(iqr):.0f}% of the cell's median step. Two splits whose ranges "
+            "overlap are "
             "not told apart by these runs.")
 
 
