@@ -38,7 +38,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 EPOCHS = 2
-RUNS = 3
+RUNS = 10  # start-up rows with 10 runs each, as the recovery ones (issue 29)
 MANAGER = "distributetrain-manager"
 TIMEOUT = 900.0
 

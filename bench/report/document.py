@@ -172,7 +172,8 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "throughput, recovery, capacity, or `speed` for the six speed benches) and keeps the others' "
         "results; `--render-only` measures nothing and re-renders everything from the JSON. A new "
         f"throughput run (`{throughput_section.COMMAND}`, "
-        f"{throughput_section.estimate_s() / 3600:.1f} hours, root, under the heavy-test lock) whose fit "
+        f"about {throughput_section.estimate_s() / 60:.0f} minutes, root, under the heavy-test lock) whose "
+        "fit "
         "differs asks for its FITTED_COMM in bench/sim/model.py (its section says so); then `--only "
         "placement` re-runs the comparison with them, and `--only placement --span-cost low` and "
         "`--span-cost high` re-judge the goals at the ends of its interval "
@@ -261,9 +262,8 @@ def _span_used(placement: Mapping[str, Any]) -> str:
         return (f"simulated under {said}; bench/sim/model.py now charges {now['2']:.3f}x, {now['3']:.3f}x, "
                 f"{now['4']:.3f}x: re-run `python -m bench.run --only placement`")
     low, high = (model.SPAN_COST_ENDS[end].slowdown(2, 1) for end in ("low", "high"))
-    stand_in = " (a stand-in fit from the first throughput run's two passes)" if model.FIT_IS_STAND_IN else ""
-    return (f"{said}, fitted from the throughput runs below{stand_in}, 95% interval {low:.3f}x-{high:.3f}x "
-            "on 2 nodes; it replaces the Horovod paper's borrowed figure, 1.19x")
+    return (f"{said}, fitted from the throughput runs below, 95% interval {low:.3f}x-{high:.3f}x on 2 "
+            "nodes; it replaces the Horovod paper's borrowed figure, 1.19x")
 
 
 def _steps(cost: model.SpanCost) -> str:
@@ -276,8 +276,6 @@ def _steps(cost: model.SpanCost) -> str:
 def _method() -> str:
     cost, old = model.SPAN_COST, model.DERIVED_2017_SPAN_COST
     low, high = model.SPAN_COST_ENDS["low"], model.SPAN_COST_ENDS["high"]
-    stand_in = (", for now a stand-in from the first run's two passes per cell at links set from raw TCP"
-                if model.FIT_IS_STAND_IN else "")
     return f"""## How the simulator works, and what it leaves out
 
 - **Queue**: strict first-come-first-served. Only the head of the queue may start; while it waits, everyone
@@ -287,23 +285,27 @@ def _method() -> str:
 - **Span cost** (`bench/sim/model.py`, `SpanCost`): a data-parallel step is compute plus exposed all-reduce,
   comm(k) as a share of compute on k nodes; a job on k nodes whose size needs k0 on an empty cluster runs
   (1 + comm(k)) / (1 + comm(k0)) times as long. comm(k) is fitted from the throughput runs (section
-  "{throughput_section.TITLE}"){stand_in}: at node links of 1/{model.FIT_LINK_RATIO}, comm(1) =
-  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4 or more) =
-  {cost.comm(4):.3f} (held past the nodes measured: a ring crosses each node's link once per direction
-  however many nodes it spans; a dip is held at the value before it). Per extra node: {_steps(cost)}; a
+  "{throughput_section.TITLE}"): at node links of 1/{model.FIT_LINK_RATIO}, comm(1) =
+  {cost.comm_in:.3f}, comm(2) = {cost.comm_cross:.3f}, comm(3) = {cost.comm(3):.3f}, comm(4) =
+  {cost.comm(4):.3f}, comm(8 or more) = {cost.comm(8):.3f} (interpolated between the node counts measured,
+  held past the last: a ring crosses each node's link once per direction however many nodes it spans; a
+  dip is held at the value before it). Per extra node: {_steps(cost)}; a
   64-GPU job spread over 16
   nodes instead of 8 loses {100 * (cost.slowdown(16, 8) - 1):.1f}%. The 95% interval of the fit runs from
   {_steps(low)} to {_steps(high)}; section "Placement quality: the goals" gives the verdicts at both ends.
-  The magnitude is this machine's
-  workload's - a CPU all-reduce that costs most of a step even inside one node - not a GPU job's, whose
-  in-node all-reduce is a small share of its step; read the placement numbers as what placement is worth
-  when spanning nodes costs this much. Before the fit the simulator borrowed the magnitude: comm(2) =
-  {model.horovod_comm_cross():.3f}, the mean of 1/0.9-1 and 1/0.68-1 from the Horovod paper's (Sergeev and Del
-  Balso, 2017) 90% and 68% scaling efficiency on 512 GPUs - many nodes, not two, a 2017 network, other
-  models - spread over node counts by the first measured shape: {_steps(model.BORROWED_SPAN_COST)}. Before
-  any measurement, in-node communication came from A100 bus bandwidths (~230 GB/s in a node, 57-91 GB/s
-  across two: {old.comm_in:.3f}) and a hierarchical all-reduce's growth 2(k-1)/k: {_steps(old)}. The issue's
-  rough model (a flat 30% per extra node) is run as a sensitivity check.
+  The magnitude is that of a workload sized as a GPU job is (its in-node all-reduce
+  {100 * cost.comm_in:.0f}% of its compute, as NVLink's is a few percent of a GPU's step) over node links at
+  1/{model.FIT_LINK_RATIO} of the in-node bus bandwidth; read the placement numbers as what placement is worth
+  when spanning nodes costs this much. This bench's first workload (25-100 MB per ~0.2 s of CPU compute,
+  whose all-reduce cost most of a step even inside one node) fitted
+  {throughput_section.FIRST_WORKLOAD_SLOWDOWN} on 2 nodes: it measured the CPU's all-reduce. Before the fit
+  the simulator borrowed the magnitude: comm(2) = {model.horovod_comm_cross():.3f}, the mean of 1/0.9-1 and
+  1/0.68-1 from the Horovod paper's (Sergeev and Del Balso, 2017) 90% and 68% scaling efficiency on 512
+  GPUs - many nodes, not two, a 2017 network, other models - spread over node counts by the first measured
+  shape: {_steps(model.BORROWED_SPAN_COST)}. Before any measurement, in-node communication came from A100
+  bus bandwidths (~230 GB/s in a node, 57-91 GB/s across two: {old.comm_in:.3f}) and a hierarchical
+  all-reduce's growth 2(k-1)/k: {_steps(old)}. The issue's rough model (a flat 30% per extra node) is run
+  as a sensitivity check.
 - **Ideal bound**: the same trace with all GPUs pooled and no cost for spanning. Under strict FCFS it starts
   and finishes every job no later than any policy (checked job by job in tests/benchmarks/test_simulator.py).
 - **Policies** (`bench/sim/policies.py`): *ours* is

@@ -1,11 +1,11 @@
 """docs/benchmarks.md's section on training throughput per placement (bench/measure/throughput.py's result),
 rendered from the JSON at report time: each cell as median [interquartile range] over its repetitions with n,
 the node links and how they were set, and the span cost fitted from the runs with its interval
-(bench/sim/span_calibration.py). A result stored before the bench repeated and interleaved its runs (two
-passes, links from raw TCP) is rendered by the same code, and says so."""
+(bench/sim/span_calibration.py)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +28,10 @@ JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 55.0, (4, "1:
 #: the cells of the full run by rank count: bench/measure/throughput.SPLITS
 SPLITS_PER_RANKS = {4: 5, 8: 4}
 REPEATS, CALIBRATION_REPEATS = 5, 3
+#: what the first throughput run (2026-11-24: 25 and 100 MB gradients, two passes, links from raw TCP) fitted
+#: for a one-node job on 2 nodes, with its 95% bootstrap interval; the simulator charged it until the run of
+#: the GPU-sized workload replaced it
+FIRST_WORKLOAD_SLOWDOWN = "1.822x [1.690-1.953]"
 
 def _split(split: Sequence[int]) -> str:
     if len(split) > 4 and len(set(split)) == 1:
@@ -56,12 +60,8 @@ def _runs(result: Result) -> list[Mapping[str, Any]]:
 
 
 def in_node(result: Result) -> dict[str, Any]:
-    """The in-node all-reduce's bus bandwidth: from the calibration runs (a current result), else from the
-    one-node runs without a node link (an older result, whose links did not come from it)."""
-    if "in_node" in result:
-        return dict(result["in_node"])
-    one = [r for r in _runs(result) if r["link"] == "unshaped" and len(r["split"]) == 1 and r["split"][0] > 1]
-    return sc.in_node_bus_bandwidth(one) if one else {}
+    """The in-node all-reduce's bus bandwidth, from the calibration runs."""
+    return dict(result["in_node"])
 
 
 def section(result: Result | None, provenance: str, image: str | None) -> str:
@@ -128,23 +128,25 @@ def _setup(result: Result) -> str:
     runs = _runs(result)
     loads = [r["load_average_1m"] for r in runs if r.get("load_average_1m") is not None]
     load = f"; 1-minute load average {min(loads)}-{max(loads)} at the runs' starts" if loads else ""
-    current = result.get("format") == 2
-    repeats = result.get("repeats", 1)
-    how = (f"every cell ran {repeats} times, round robin (pass by pass, every cell once per pass, alternate "
-           "passes backwards, so a busy spell of this shared machine falls on every cell alike), and every "
-           "run is kept" if current else
-           f"every cell ran {repeats} times, the second pass in the opposite order (this run predates the "
-           "interleaved repetitions: its cells have n=2, and the tables below show both passes, where the "
-           "report of the day kept the shorter)")
+    how = (f"every cell ran {result['repeats']} times, round robin (pass by pass, every cell once per pass, "
+           "alternate passes backwards, so a busy spell of this shared machine falls on every cell alike), "
+           "and every run is kept")
     ranks = " and ".join(f"{r}-rank" for r in sc.rank_counts(runs))
+    sized = (" The workload is sized as a GPU job's, not a CPU one's: its in-node all-reduce is a few "
+             "percent of a step, as NVLink's is of a GPU's step (ResNet-50's 100 MB gradient at ~130 GB/s "
+             "of bus bandwidth is ~1.4 ms of a ~0.2 s step), where the bench's first workload (25 and 100 MB "
+             "per ~0.2 s of compute) spent 35-87% of a step in it and so measured the CPU's all-reduce, not "
+             "the network (bench/measure/throughput.py says how the size was chosen).")
     return (
         "Each run is a local cluster of real processes (`localcluster`, process runtime) whose nodes hold "
         f"exactly the split's GPUs, and a {ranks} job placed on it by the product's own `distributetrain "
         "run` (the planner's split, checked), with sshd workers and a chief running horovodrun over Gloo, in "
         "the demo's namespace (Pod Security restricted, the job's NetworkPolicy). Every rank runs "
-        "bench/measure/throughput_rank.py: a fixed compute step (256x256 float32 matrix products, no sleep) "
-        f"then `hvd.allreduce` of a {' and a '.join(f'{mb:g} MB' for mb in result['gradient_mb'])} "
-        f"gradient, {result['seconds_per_size']:g} s of steps per size after two warm-up steps; {how}. This "
+        f"bench/measure/throughput_rank.py: a fixed compute step ({result['work']} 256x256 float32 matrix "
+        "products, no sleep) then `hvd.allreduce` of a "
+        f"{' and a '.join(f'{mb:g} MB' for mb in result['gradient_mb'])} "
+        f"gradient, {result['seconds_per_size']:g} s of steps per size after two warm-up steps; {how}."
+        f"{sized} This "
         f"machine has {result['cores']} cores: rank r is pinned to core r % {result['cores']}, so ranks "
         "share each core in every split of a job alike and the splits differ only in the network between "
         f"them. The whole measurement took {result['took_s'] / 60:.0f} min{load}.")
@@ -153,33 +155,18 @@ def _setup(result: Result) -> str:
 def _links(result: Result) -> str:
     inside = in_node(result)
     shaped = [link for link in result["links"] if link.get("ratio")]
-    if "in_node" in result:
-        per = "; ".join(f"{ranks} ranks " + ", ".join(f"{_mbps(v)} at {mb} MB" for mb, v in sizes.items())
-                        for ranks, sizes in inside["bytes_per_s"].items())
-        rates = ", ".join(f"{link['name']}: {_mbps(link['payload_bytes_per_s'])} of TCP payload "
-                          f"(`--node-link {link['node_link']}`)" for link in shaped)
-        each = result["in_node"].get("repeats", "?")
-        return (f"**Node links, and how they were set.** First, in the same run, the one-node jobs without a "
-                f"node link ({each} run(s) of each) measured their all-reduce's bus bandwidth"
-                " (2(n-1)/n of the gradient over the all-reduce time, median over the runs): "
-                f"{per}. The slowest, {_mbps(inside['slowest_bytes_per_s'])}, sets the links: {rates}; so "
-                "every shaped link is slower than the in-node path of every job measured, and a shaped "
-                "column measures the network. Only the rate is emulated (no netem on this kernel).")
-    tcp = result.get("intra_node", {}).get("bytes_per_s")
-    text = ("**Node links, and how they were set.** This run set them from raw TCP between two pods of one "
-            f"node ({_mbps(tcp) if tcp else 'not recorded'}, the best of several transfers): "
-            + ", ".join(f"{link['name']}: `--node-link {link['node_link']}`" for link in shaped) + ".")
-    if inside:
-        slowest = float(inside["slowest_bytes_per_s"])
-        slower = [link for link in shaped if tcp and tcp / link["ratio"] > slowest]
-        text += (f" Its one-node 4-rank job's all-reduce ran at {_mbps(slowest)} of bus bandwidth (the "
-                 "slower of its gradient sizes, median of its runs)")
-        text += ("; a node link faster than that - " + ", ".join(
-            f"{link['name']} ({_mbps(tcp / link['ratio'])})" for link in slower)
-            + " - is not the bottleneck, so its column does not measure the network; and its 1:20 is "
-              f"1:{20 * slowest / tcp:.1f} of the all-reduce, not 1:20. The bench now sets links from the "
-              "in-node all-reduce." if slower and tcp else ".")
-    return text
+    per = "; ".join(f"{ranks} ranks " + ", ".join(f"{_mbps(v)} at {mb} MB" for mb, v in sizes.items())
+                    for ranks, sizes in inside["bytes_per_s"].items())
+    rates = ", ".join(f"{link['name']}: {_mbps(link['payload_bytes_per_s'])} of TCP payload "
+                      f"(`--node-link {link['node_link']}`)" for link in shaped)
+    each = inside.get("repeats", "?")
+    return (f"**Node links, and how they were set.** First, in the same run, the one-node jobs without a "
+            f"node link ({each} run(s) of each) measured their all-reduce's bus bandwidth"
+            " (2(n-1)/n of the gradient over the all-reduce time, median over the runs) on a gradient large "
+            f"enough for bandwidth, not latency, to set its time: {per}. The slowest, "
+            f"{_mbps(inside['slowest_bytes_per_s'])}, sets the links: {rates}; so every shaped link is "
+            "slower than the in-node path, and a shaped column measures the network. Only the rate is "
+            "emulated (no netem on this kernel).")
 
 
 def _noise(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
@@ -189,9 +176,11 @@ def _noise(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
     iqr = sorted(c["step_s"][mb].iqr / c["step_s"][mb].median for c in sc.cell_spreads(runs).values()
                  for mb in c["step_s"] if c["step_s"][mb].n > 1 and c["step_s"][mb].median > 0)
     return (f"**How much of this is noise.** Within one cell, the slowest repetition's median step over the "
-            f"fastest's is {ratios[len(ratios) // 2]:.2f}x at the median and up to {ratios[-1]:.2f}x "
+            f"fastest's is {statistics.median(ratios):.2f}x at the median and up to "
+            f"{ratios[-1]:.2f}x "
             f"({len(ratios)} cells and gradient sizes); the interquartile range is a median "
-            f"{100 * iqr[len(iqr) // 2]:.0f}% of the cell's median step. Two splits whose ranges overlap are "
+            f"{100 * statistics.median(iqr):.0f}% of the cell's median step. Two splits whose ranges "
+            "overlap are "
             "not told apart by these runs.")
 
 
@@ -201,7 +190,6 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
         found = sc.fit(runs, link)
     except (KeyError, ValueError) as error:
         return f"The span cost's fit needs one-node and multi-node runs at {link}: {error}."
-    stand_in = result.get("format") != 2
     nodes = sorted(found.comm)
     ranks = " and ".join(f"{r}-rank" for r in sc.rank_counts([r for r in runs if r["link"] == link]))
     comm = "; ".join(f"{k} node{'s' if k > 1 else ''} {c.median:.3f} [{c.low:.3f}, {c.high:.3f}] "
@@ -215,32 +203,39 @@ def _fit(result: Result, runs: Sequence[Mapping[str, Any]]) -> str:
                for e in held for k in held[e])
     match = ("bench/sim/model.py holds these values (FITTED_COMM), and the simulator charges them." if same
              else f"**bench/sim/model.py holds other values ({held['median']}): copy FITTED_COMM = {stored} "
-                  f"there (FIT_IS_STAND_IN = {stand_in}), and re-run the placement comparison at the median "
+                  "there, and re-run the placement comparison at the median "
                   "and both ends (`python -m bench.run --only placement`, then the same with `--span-cost "
                   "low` and `--span-cost high`).**")
     cost = model.SPAN_COST
-    label = ("**Stand-in.** This fit is from the only throughput run stored so far, two passes per cell, "
-             "one rank count, links from raw TCP (its 1:20 is about 1:3 of the in-node all-reduce): its "
-             "interval resamples two values per cell and is narrower than the truth. "
-             if stand_in else "")
+    repeats = (f"{found.repeats[0]}" if found.repeats[0] == found.repeats[1]
+               else f"{found.repeats[0]}-{found.repeats[1]}")
     return (
         f"**The simulator's span cost, fitted** (bench/sim/span_calibration.fit, bench/sim/model.py "
-        f"FITTED_COMM). {label}At {link}, comm(k) - exposed communication as a share of compute, the median "
-        f"over every run on k nodes ({ranks} jobs alike) - with its 95% bootstrap interval "
-        f"({found.resamples:,} resamples of each cell's {found.repeats[0]}-{found.repeats[1]} repetitions): "
-        f"{comm}. A one-node job on k nodes then runs (1 + comm(k)) / (1 + comm(1)) as long: {slow}. "
-        f"{match} Past {nodes[-1]} nodes the model holds the last value (a ring crosses each node's link "
-        "once per direction however many nodes it spans), a dip is held at the value before it, and node "
-        "counts between those measured are interpolated. The simulator charges a one-node job on 2 nodes "
-        f"{cost.slowdown(2, 1):.3f}x (interval ends {model.SPAN_COST_ENDS['low'].slowdown(2, 1):.3f}x and "
+        f"FITTED_COMM). At {link}, per rank count ({ranks} jobs): the median exposed-communication share "
+        "of compute over its runs on k nodes, and a one-node job's slowdown on k nodes, (1 + share(k)) / "
+        "(1 + share(1)), held rising; then the mean over the rank counts, each interpolated between the "
+        "node counts it ran and held past its last (3 nodes were run only by 4-rank jobs, 8 only by 8-rank "
+        "ones, and an 8-rank job's share is smaller: pooling both into one median made dips that were the "
+        f"mix, not the network). With 95% bootstrap intervals ({found.resamples:,} resamples of each "
+        f"cell's {repeats} repetitions, the whole profile recomputed each time): slowdown {slow}; comm(k), "
+        f"the share that implies, (1 + comm(1)) x slowdown - 1: {comm}. {match} Past {nodes[-1]} nodes the "
+        "model holds the last value (a ring crosses each node's link once per direction however many "
+        "nodes it spans). The ends are per node count, not one joint band: a job whose size needs 2+ nodes "
+        "is charged the ratio of two ends, which is not an end of that ratio's own interval. The simulator "
+        f"charges a one-node job on 2 nodes {cost.slowdown(2, 1):.3f}x (interval ends "
+        f"{model.SPAN_COST_ENDS['low'].slowdown(2, 1):.3f}x and "
         f"{model.SPAN_COST_ENDS['high'].slowdown(2, 1):.3f}x), where it charged "
         f"{model.BORROWED_SPAN_COST.slowdown(2, 1):.3f}x before: the Horovod paper's figure (Sergeev and Del "
         "Balso, 2017: 90% and 68% scaling efficiency on 512 GPUs, a 2017 network, other models; comm = "
-        f"{model.horovod_comm_cross():.3f} of compute), a borrowed figure which the fit replaces. What the "
-        "fitted magnitude is: this bench's workload's - 25-100 MB of gradient per ~0.1 s of one core's "
-        "compute, over links at 1/20 of an all-reduce that already costs most of a step inside one node "
-        f"(comm(1) = {found.comm[1].median:.2f}); a GPU job's in-node all-reduce is a far smaller share of "
-        "its step, so its cost of spanning nodes is smaller than this for the same link ratio.")
+        f"{model.horovod_comm_cross():.3f} of compute), a borrowed figure, and then "
+        f"{FIRST_WORKLOAD_SLOWDOWN}, fitted from this bench's first workload (25 and 100 MB of gradient per "
+        "~0.2 s of compute, two passes per cell, links from raw TCP): that workload's all-reduce took most "
+        "of a step inside one node, so it measured the CPU's all-reduce, not the network. What the fitted "
+        f"magnitude is now: a job whose in-node all-reduce costs {100 * found.comm[1].median:.0f}% of its "
+        f"compute (comm(1)), over node links at {link} of the in-node bus bandwidth. A GPU job with a "
+        "smaller in-node share, or a faster network, spans nodes more cheaply; one with a larger gradient "
+        "per step of compute, or a slower network, more dearly: the interval is this workload's, not every "
+        "model's.")
 
 
 def estimate_s() -> float:
@@ -254,7 +249,7 @@ def estimate_s() -> float:
 
 
 def _estimate_text() -> str:
-    return f"about {estimate_s() / 3600:.1f} hours"
+    return f"about {estimate_s() / 60:.0f} minutes"
 
 
 def _estimate() -> str:
@@ -262,9 +257,9 @@ def _estimate() -> str:
             f"{_estimate_text()} - {REPEATS} repetitions of 28 cells (the baseline, 5 four-rank and 4 "
             f"eight-rank splits at 3 link settings) plus {2 * CALIBRATION_REPEATS} calibration runs, from "
             "each kind's job time (bench/report/throughput_section.py, JOB_S); each job's wall time is its "
-            "cluster's start, the ranks' start-up and 2 x 12 s of steps (more at 1:20, where a step of the "
-            "100 MB gradient takes seconds and at least 4 are measured). `python -m bench.measure.throughput "
-            "--smoke` checks the path in a few minutes.")
+            "cluster's start, the ranks' start-up and 6 s of steps after two warm-up steps (more where a "
+            "step is slow, as at least 4 are measured). `python -m bench.measure.throughput --smoke` checks "
+            "the path in a few minutes.")
 
 
 def plot_rows(result: Result) -> list[dict[str, Any]]:

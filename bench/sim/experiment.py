@@ -152,8 +152,7 @@ def run_all(quick: bool, *, workers: int | None = None, span_end: str = "median"
             fill_records.extend(out_fill)
     return {"records": records, "series": series, "fill": fill_records, "traces": len(chosen.cases),
             "jobs_simulated": jobs,
-            "span_cost": {**model.SPAN_COST_ENDS[span_end].summary(), "end": span_end,
-                          "stand_in": model.FIT_IS_STAND_IN}}
+            "span_cost": {**model.SPAN_COST_ENDS[span_end].summary(), "end": span_end}}
 
 
 def _pool(workers: int) -> Any:

@@ -171,21 +171,20 @@ def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
-#: STAND-IN, fitted by bench/sim/span_calibration.fit from the only throughput run stored so far
-#: (bench/results/speed.json, section `throughput`, measured 2026-11-24 13:05-13:31 UTC: a 4-rank Horovod job
-#: on 1-4 nodes, two passes per cell, node links set from raw TCP - its 1:20 is 146 MB/s, about 1/3 of the
-#: in-node all-reduce's bus bandwidth, not 1/20 of it). comm(k): exposed communication (median step minus
-#: median compute, rank 0, the mean over the 25 and 100 MB gradients) as a share of compute, the median over
-#: every run on k nodes at link 1:20; "low" and "high" give the ends of the 95% bootstrap interval of the
-#: slowdown of a one-node job on k nodes (2,000 resamples of each cell's repetitions; with two repetitions
-#: per cell that interval is narrower than the truth). The full run (`python -m bench.run --only
-#: throughput`: 5 interleaved repetitions, 4- and 8-rank jobs, links from the measured in-node all-reduce)
-#: replaces these: copy `fitted_comm` of its fit here (the report says when they differ);
-#: tests/benchmarks/test_throughput.py checks they are what the stored run fits. The magnitude is this
-#: bench's workload's - its gradient bytes per second of compute over these links - not a GPU job's
-#: (docs/benchmarks.md, "Training throughput per placement").
+#: Fitted by bench/sim/span_calibration.fit from the throughput run stored in bench/results/speed.json
+#: (section `throughput`; `python -m bench.run --only throughput`, when and on which commit in
+#: bench/results/runs.json): 4- and 8-rank Horovod jobs on 1, 2, 3, 4 and 8 nodes, 5 interleaved
+#: repetitions per cell, node links at 1/20 of the in-node all-reduce's bus bandwidth, a workload sized as a
+#: GPU job's (its in-node all-reduce a few percent of a step: bench/measure/throughput.py). comm(k): exposed
+#: communication (median step minus median compute, rank 0) as a share of compute, the median over every run
+#: on k nodes at link 1:20; "low" and "high" hold comm(1) at its median and give comm(k) the ends of the 95%
+#: bootstrap interval of a one-node job's slowdown on k nodes (2,000 resamples of each cell's repetitions).
+#: A new run replaces these: copy `fitted_comm` of its
+#: fit here (the report says when they differ); tests/benchmarks/test_throughput.py checks they are what
+#: the stored run fits. The magnitude is this workload's over these links, not every model's
+#: (docs/benchmarks.md, "Training throughput per placement"). The first workload's fit (25-100 MB per ~0.2 s
+#: of CPU compute, two passes, links from raw TCP: 1.822x on 2 nodes) measured the CPU's all-reduce.
 FIT_LINK_RATIO = 20
-FIT_IS_STAND_IN = True
 FITTED_COMM: Mapping[str, Mapping[int, float]] = MappingProxyType({
     "low": MappingProxyType({1: 0.8661, 2: 2.1534, 3: 1.7756, 4: 2.1460}),
     "median": MappingProxyType({1: 0.8661, 2: 2.3997, 3: 2.2551, 4: 2.3289}),

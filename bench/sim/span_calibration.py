@@ -1,8 +1,8 @@
 """What the throughput bench's runs (bench/measure/throughput.py) say, and the span cost they fit (pure).
 
 A step of a data-parallel job is compute plus exposed all-reduce. Per run, rank 0 reports per gradient size
-the median step and the median compute part of it; their difference is the exposed communication (waiting
-for the slowest rank included), and its share of compute is what the simulator's span cost is made of
+the median compute part of a step and the median of the rest, the exposed communication (waiting for the
+slowest rank included); its share of compute is what the simulator's span cost is made of
 (bench/sim/model.py: comm(k) on k nodes). Everything here works on the bench's list of runs (`every_run`),
 each tagged with its cell (link setting, split) and its repetition:
 
@@ -11,8 +11,9 @@ each tagged with its cell (link setting, split) and its repetition:
 - `spread`: a cell as median and interquartile range over its repetitions, with n (no "best pass");
 - `in_node_bus_bandwidth` and `link_rates`: node links set from the one-node job's measured all-reduce bus
   bandwidth, so every shaped link is slower than the in-node path and a shaped column measures the network;
-- `fit`: comm(k), the exposed-communication share on k nodes at one link setting, with a bootstrap interval
-  over the repetitions, and the slowdown it implies for a one-node job spread over k nodes.
+- `fit`: the slowdown of a one-node job spread over k nodes at one link setting - per rank count, then
+  averaged over the rank counts - and comm(k), the exposed-communication share it implies, with bootstrap
+  intervals over the repetitions.
 """
 
 from __future__ import annotations
@@ -103,14 +104,16 @@ def by_cell(runs: Sequence[Run]) -> dict[Cell, list[Run]]:
 
 
 def exposed(size: Mapping[str, Any]) -> float:
-    """Seconds per step not spent computing (all-reduce, waiting for the other ranks)."""
-    return max(0.0, float(size["step_s_median"]) - float(size["compute_s_median"]))
+    """Seconds per step not spent computing (all-reduce, waiting for the other ranks): the median over the
+    steps of each step's own remainder, which the rank measures (never negative, and steadier than the
+    difference of two medians when it is a few percent of the step)."""
+    return float(size["allreduce_s_median"])
 
 
 def comm_share(run: Run) -> float:
-    """The run's exposed communication as a share of its compute, the mean over its gradient sizes: the
-    simulator's comm(k). Each run is its own reference (its compute ran under the same load as its
-    all-reduce), so a busy machine that slows both moves the share less than it moves the step."""
+    """One run's exposed communication as a share of its compute, the mean over its gradient sizes (`fit`
+    takes comm(k) from the medians over runs). Each run is its own reference (its compute ran under the
+    same load as its all-reduce), so a busy machine that slows both moves the share less than the step."""
     shares = [exposed(size) / float(size["compute_s_median"]) for size in run["sizes"].values()
               if float(size["compute_s_median"]) > 0]
     if not shares:
@@ -168,10 +171,9 @@ class Interval:
 
 @dataclass(frozen=True)
 class Fit:
-    """comm(k), the exposed-communication share on k nodes at one link setting (the median over every run
-    with k nodes, whatever its rank count and split), its bootstrap interval, and the slowdown of a one-node
-    job on k nodes it implies, (1 + comm(k)) / (1 + comm(1)), with its own interval (the quantity the
-    placement simulator uses)."""
+    """At one link setting: the slowdown of a one-node job on k nodes (the quantity the placement simulator
+    uses) and comm(k), the exposed-communication share it implies, (1 + comm(1)) x slowdown(k) - 1, each
+    with its bootstrap interval. See `profile` for how rank counts and node counts combine."""
 
     link: str
     comm: Mapping[int, Interval]
@@ -181,33 +183,70 @@ class Fit:
     resamples: int
 
 
-def _comm_by_nodes(cells: Mapping[Cell, Sequence[float]]) -> dict[int, float]:
-    pooled: dict[int, list[float]] = {}
+def _at(profile: Mapping[int, float], k: int) -> float:
+    """A profile measured at some node counts, at k: interpolated between two measured, held past the last."""
+    nodes = sorted(profile)
+    if k >= nodes[-1]:
+        return profile[nodes[-1]]
+    below, above = max(n for n in nodes if n <= k), min(n for n in nodes if n >= k)
+    if below == above:
+        return profile[k]
+    return profile[below] + (profile[above] - profile[below]) * (k - below) / (above - below)
+
+
+def profile(cells: Mapping[Cell, Sequence[float]]) -> tuple[float, dict[int, float]]:
+    """comm(1) and the slowdown of a one-node job on k nodes, from the comm shares of each cell's runs.
+
+    Per rank count r (a 4- and an 8-rank job compute and communicate different amounts, and do not run on
+    the same node counts: 3 nodes only 4 ranks, 8 only 8): c_r(k), the median share over its runs on k nodes
+    (its splits pooled), and its slowdown (1 + c_r(k)) / (1 + c_r(1)), held rising (a job on more nodes
+    never communicates less: a dip is noise between runs). The slowdown on k nodes is the mean over the rank
+    counts of each one's, interpolated between the node counts it ran and held past its last; comm(1) the
+    mean of the c_r(1). A rank count with no one-node runs, or none on more nodes, is left out."""
+    pooled: dict[int, dict[int, list[float]]] = {}
     for (_, split), shares in cells.items():
-        pooled.setdefault(len(split), []).extend(shares)
-    return {k: statistics.median(v) for k, v in sorted(pooled.items())}
+        pooled.setdefault(sum(split), {}).setdefault(len(split), []).extend(shares)
+    ones: list[float] = []
+    rising: list[dict[int, float]] = []
+    for _, by_nodes in sorted(pooled.items()):
+        if 1 not in by_nodes or len(by_nodes) < 2:
+            continue
+        comm = {k: statistics.median(v) for k, v in sorted(by_nodes.items())}
+        top, held = 0.0, {}
+        for k, c in comm.items():
+            top = max(top, (1 + c) / (1 + comm[1]))
+            held[k] = top
+        ones.append(comm[1])
+        rising.append(held)
+    if not rising:
+        raise ValueError("no rank count has one-node runs and runs on 2+ nodes")
+    nodes = sorted({k for held in rising for k in held})
+    return statistics.fmean(ones), {k: statistics.fmean(_at(held, k) for held in rising) for k in nodes}
 
 
 def fit(runs: Sequence[Run], link: str, *, resamples: int = RESAMPLES, seed: int = SEED,
         confidence: float = CONFIDENCE) -> Fit:
-    """comm(k) from the runs at `link`; the interval resamples each cell's repetitions with replacement
-    (a cell keeps its n), `resamples` times, and takes the central `confidence` of the statistic."""
+    """The slowdown and comm(k) (`profile`) from the runs at `link`; each interval resamples each cell's
+    repetitions with replacement (a cell keeps its n), `resamples` times, recomputes the whole profile, and
+    takes the central `confidence` of each node count's values. Every resampled profile rises with k, so
+    each end does too; the ends are per node count, not one resample's profile."""
     shares = {cell: [comm_share(r) for r in found]
               for cell, found in by_cell(runs).items() if cell[0] == link}
     if not shares:
         raise ValueError(f"no run at link {link!r}")
-    point = _comm_by_nodes(shares)
-    if 1 not in point or len(point) < 2:
-        raise ValueError(f"link {link!r}: the fit needs one-node runs and runs on 2+ nodes, has nodes "
-                         f"{sorted(point)}")
+    try:
+        one, point = profile(shares)
+    except ValueError as error:
+        raise ValueError(f"link {link!r}: the fit needs one-node runs and runs on 2+ nodes of one rank "
+                         f"count ({error}); has splits {sorted({split for _, split in shares})}") from None
     rng = random.Random(seed)
     drawn: dict[int, list[float]] = {k: [] for k in point}
     slow: dict[int, list[float]] = {k: [] for k in point}
     for _ in range(resamples):
-        again = _comm_by_nodes({cell: rng.choices(v, k=len(v)) for cell, v in shares.items()})
+        again_one, again = profile({cell: rng.choices(v, k=len(v)) for cell, v in shares.items()})
         for k, value in again.items():
-            drawn[k].append(value)
-            slow[k].append((1 + value) / (1 + again[1]))
+            slow[k].append(value)
+            drawn[k].append((1 + again_one) * value - 1)
     tail = (1 - confidence) / 2
 
     def interval(center: float, values: Sequence[float]) -> Interval:
@@ -217,15 +256,16 @@ def fit(runs: Sequence[Run], link: str, *, resamples: int = RESAMPLES, seed: int
     for (_, split), v in shares.items():
         counts[len(split)] = counts.get(len(split), 0) + len(v)
     ns = [len(v) for v in shares.values()]
-    return Fit(link=link, comm={k: interval(point[k], drawn[k]) for k in point},
-               slowdown={k: interval((1 + point[k]) / (1 + point[1]), slow[k]) for k in point},
+    return Fit(link=link, comm={k: interval((1 + one) * point[k] - 1, drawn[k]) for k in point},
+               slowdown={k: interval(point[k], slow[k]) for k in point},
                runs=dict(sorted(counts.items())), repeats=(min(ns), max(ns)), resamples=resamples)
 
 
 def fitted_comm(found: Fit, end: str) -> dict[int, float]:
     """comm(k) for the simulator at one end of the interval ("low", "median", "high"): comm(1) is the
-    median, and comm(k) on more nodes gives that end's slowdown of a one-node job over k nodes (the
-    simulator only ever uses these ratios)."""
+    median, and comm(k) on more nodes gives that end's slowdown of a one-node job over k nodes. A job whose
+    size needs k0 >= 2 nodes is charged the ratio of two such ends, which is not an end of its own
+    interval (the ends are per node count, not one resample's profile)."""
     one = found.comm[1].median
     return {k: one if k == 1 else (1 + one) * getattr(found.slowdown[k], end) - 1 for k in found.comm}
 
