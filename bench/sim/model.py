@@ -186,9 +186,9 @@ def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:
 #: of CPU compute, two passes, links from raw TCP: 1.822x on 2 nodes) measured the CPU's all-reduce.
 FIT_LINK_RATIO = 20
 FITTED_COMM: Mapping[str, Mapping[int, float]] = MappingProxyType({
-    "low": MappingProxyType({1: 0.8661, 2: 2.1534, 3: 1.7756, 4: 2.1460}),
-    "median": MappingProxyType({1: 0.8661, 2: 2.3997, 3: 2.2551, 4: 2.3289}),
-    "high": MappingProxyType({1: 0.8661, 2: 2.6443, 3: 2.7733, 4: 2.5265}),
+    "low": MappingProxyType({1: 0.0449, 2: 0.3304, 3: 0.3329, 4: 0.3356, 8: 0.341}),
+    "median": MappingProxyType({1: 0.0449, 2: 0.3488, 3: 0.3509, 4: 0.3529, 8: 0.3578}),
+    "high": MappingProxyType({1: 0.0449, 2: 0.3609, 3: 0.3627, 4: 0.366, 8: 0.3702}),
 })
 #: The throughput bench's first measured shape (2026-11-24, exposed communication on 1-4 nodes over the
 #: 2-node one at the TCP-derived 1:20 link), which spread the borrowed magnitude before the fit.
