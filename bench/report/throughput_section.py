@@ -78,8 +78,8 @@ def section(result: Result | None, provenance: str, image: str | None) -> str:
     for ranks in sc.rank_counts(runs):
         parts += [f"**{ranks}-rank job.** Steps per second, median [interquartile range] over the "
                   "repetitions of each cell (n per row), and the exposed-communication share of compute "
-                  "((median step - median compute) / median compute, the mean over the gradient sizes: the "
-                  "simulator's comm(k)):", ""]
+                  "(rank 0's median time per step outside compute over its median compute, the mean over "
+                  "the gradient sizes; the fit below is made of these):", ""]
         header = ["split", "n", *[f"{link}, {mb} MB, steps/s" for link in links for mb in sizes],
                   *[f"{link}, comm share" for link in links]]
         body = []
