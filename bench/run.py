@@ -3,7 +3,7 @@ bench/results/, and docs/benchmarks.md.
 
 Sections: `placement` (the trace simulation, bench/sim/), six speed benches (bench/measure/: planner_speed,
 apiserver, manager_overhead, scale, demo_phases, preflight), `throughput` (bench/measure/throughput.py:
-Horovod jobs on the local cluster's node links, about 80 minutes, root; it fits the simulator's span cost,
+Horovod jobs on the local cluster's node links, about an hour, root; it fits the simulator's span cost,
 bench/sim/model.py), `recovery` (bench/measure/recovery.py: a worker lost from an elastic and from a restart
 job, 10 faults each, ~20 min, root) and `capacity` (bench/measure/capacity.py: a GPU pool that scales from
 zero, ~1 min, root; two jobs through one Kueue queue); each measured section is a module bench/measure/NAME.py
@@ -17,7 +17,7 @@ Examples:
   python -m bench.run                               # everything
   python -m bench.run --only scale,apiserver        # re-measure two speed benches, keep the rest
   python -m bench.run --only speed                  # the six speed benches, keep placement
-  python -m bench.run --only throughput             # Horovod over node links (quiet machine, root, ~80 min)
+  python -m bench.run --only throughput             # Horovod over node links (quiet machine, root, ~1 h)
   python -m bench.run --only placement --span-cost low  # the goals at the low end of the span interval
   python -m bench.run --only recovery               # lost workers: elastic and restart jobs (root)
   python -m bench.run --render-only                 # measure nothing, re-render from bench/results

@@ -37,8 +37,9 @@ This machine has few cores: with 4 or 8 ranks on 2, ranks share each core in eve
 (rank r on core r % 2), so the splits of one job differ only in the network between the ranks.
 
 `main(quick)` is what bench/run.py calls (section `throughput`); quick mode and non-root skip it. The whole
-run takes about 80 minutes (the estimate in docs/benchmarks.md, from the runs' own durations); `--smoke` a few
-minutes. Results are rendered by bench/report/throughput_section.py and plotted by bench/report/plots.py.
+run takes about an hour (58 min on 2026-11-26; the estimate in docs/benchmarks.md comes from the runs' own
+durations); `--smoke` a few minutes. Results are rendered by bench/report/throughput_section.py and
+plotted by bench/report/plots.py.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def measure(*, splits: Mapping[int, Sequence[tuple[int, ...]]] = SPLITS,
 def main(quick: bool) -> dict[str, Any]:
     if quick:
         return {"skipped": "quick mode; `python -m bench.run --only throughput` measures it "
-                           "(needs root, about 80 minutes)"}
+                           "(needs root, about an hour)"}
     if os.geteuid() != 0:
         return {"skipped": "needs root (the process runtime's network namespaces and tc)"}
     return measure()

@@ -16,15 +16,12 @@ from bench.sim import span_calibration as sc
 Result = Mapping[str, Any]
 TITLE = "Training throughput per placement, over emulated node links"
 COMMAND = "python -m bench.run --only throughput"
-#: One job's wall time (seconds) by rank count and link setting, for the full run's estimate: the 2026-11-24
-#: run's 4-rank jobs took 36-69 s (median 46 s) at 12 s per gradient size, its 1-GPU job 24 s. At 1:20 of an
-#: in-node all-reduce of ~200-400 MB/s a node link carries 10-20 MB/s, and a ring step of the 100 MB gradient
-#: sends 2(n-1)/n of it over each link: 8-17 s a step, 6 steps at least (2 warm-up, 4 measured). 8 ranks on
-#: 2 cores start and compute about twice as slowly as 4 (about 2.5 s of CPU per rank to import the framework).
-#: The smoke run (2026-11-26, load average 7-9): [4] 17-19 s and [2,2] at 1:20 34 s with one 3 s window of the
-#: 25 MB gradient (2.9 s a step over a 16 MB/s link).
-JOB_S = {(1, "baseline"): 25.0, (4, "unshaped"): 46.0, (4, "1:5"): 55.0, (4, "1:20"): 120.0,
-         (8, "unshaped"): 75.0, (8, "1:5"): 90.0, (8, "1:20"): 160.0}
+#: One job's wall time (seconds) by rank count and link setting, for the full run's estimate: the medians of
+#: the 2026-11-26 run (the GPU-sized workload, 6 s of steps of a 2 MB gradient after two warm-up steps; load
+#: average 3-9 from its own ranks): 4 ranks 15-23 s, 8 ranks 27-38 s, whatever the link (a step over a 1:20
+#: link is still well under a second), the 1-GPU job 12 s; 146 runs took 58 min with the clusters' starts.
+JOB_S = {(1, "baseline"): 12.0, (4, "unshaped"): 18.0, (4, "1:5"): 18.5, (4, "1:20"): 18.5,
+         (8, "unshaped"): 31.0, (8, "1:5"): 31.0, (8, "1:20"): 31.0}
 #: the cells of the full run by rank count: bench/measure/throughput.SPLITS
 SPLITS_PER_RANKS = {4: 5, 8: 4}
 REPEATS, CALIBRATION_REPEATS = 5, 3
@@ -81,8 +78,8 @@ def section(result: Result | None, provenance: str, image: str | None) -> str:
     for ranks in sc.rank_counts(runs):
         parts += [f"**{ranks}-rank job.** Steps per second, median [interquartile range] over the "
                   "repetitions of each cell (n per row), and the exposed-communication share of compute "
-                  "((median step - median compute) / median compute, the mean over the gradient sizes: the "
-                  "simulator's comm(k)):", ""]
+                  "(rank 0's median time per step outside compute over its median compute, the mean over "
+                  "the gradient sizes; the fit below is made of these):", ""]
         header = ["split", "n", *[f"{link}, {mb} MB, steps/s" for link in links for mb in sizes],
                   *[f"{link}, comm share" for link in links]]
         body = []
