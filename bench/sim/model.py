@@ -175,12 +175,13 @@ def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:
 #: (section `throughput`; `python -m bench.run --only throughput`, when and on which commit in
 #: bench/results/runs.json): 4- and 8-rank Horovod jobs on 1, 2, 3, 4 and 8 nodes, 5 interleaved
 #: repetitions per cell, node links at 1/20 of the in-node all-reduce's bus bandwidth, a workload sized as a
-#: GPU job's (its in-node all-reduce a few percent of a step: bench/measure/throughput.py). comm(k): exposed
-#: communication (median step minus median compute, rank 0) as a share of compute, the median over every run
-#: on k nodes at link 1:20; "low" and "high" hold comm(1) at its median and give comm(k) the ends of the 95%
-#: bootstrap interval of a one-node job's slowdown on k nodes (2,000 resamples of each cell's repetitions).
-#: A new run replaces these: copy `fitted_comm` of its
-#: fit here (the report says when they differ); tests/benchmarks/test_throughput.py checks they are what
+#: GPU job's (its in-node all-reduce a few percent of a step: bench/measure/throughput.py). At link 1:20, per
+#: rank count, the median share of compute rank 0 spends outside compute on k nodes gives a one-node job's
+#: slowdown on k nodes; the slowdowns are averaged over the rank counts (span_calibration.profile), and
+#: comm(k) = (1 + comm(1)) x slowdown(k) - 1, comm(1) the rank counts' mean. "low" and "high" hold comm(1)
+#: at its median and give comm(k) the ends of the slowdown's 95% bootstrap interval (2,000 resamples of each
+#: cell's repetitions). A new run replaces these: copy `fitted_comm` of its fit here (the report says when
+#: they differ); tests/benchmarks/test_throughput.py checks they are what
 #: the stored run fits. The magnitude is this workload's over these links, not every model's
 #: (docs/benchmarks.md, "Training throughput per placement"). The first workload's fit (25-100 MB per ~0.2 s
 #: of CPU compute, two passes, links from raw TCP: 1.822x on 2 nodes) measured the CPU's all-reduce.
