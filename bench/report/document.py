@@ -177,7 +177,7 @@ def render(*, doc: Path, rendered: Mapping[str, Any], placement: Mapping[str, An
         "differs asks for its FITTED_COMM in bench/sim/model.py (its section says so); then `--only "
         "placement` re-runs the comparison with them, and `--only placement --span-cost low` and "
         "`--span-cost high` re-judge the goals at the ends of its interval "
-        "(about 4 min each on a quiet machine). `python -m bench.run --quick` is the "
+        "(about 5 min each on a quiet machine). `python -m bench.run --quick` is the "
         "smoke run the test suite makes (small clusters, one seed, no throughput or recovery jobs; it writes "
         "to bench/results/quick/ "
         "and never touches docs/).\n"]
