@@ -225,7 +225,7 @@ def _at_the_ends(placement: Mapping[str, Any], checks: Sequence[Mapping[str, Any
     if not shown:
         note = f" (stored runs at {', '.join(stale)} were simulated under another span cost)" if stale else ""
         return (f"**At the ends of the span cost's interval**: not run yet{note}: {command}, "
-                "about 4 min each on a quiet machine.\n")
+                "about 5 min each on a quiet machine.\n")
     what = [c for c in checks if c["what"] in {x["what"] for e in shown for x in ends[e]["checks"]}]
 
     def cell(check: Mapping[str, Any]) -> str:
