@@ -56,11 +56,6 @@ def _runs(result: Result) -> list[Mapping[str, Any]]:
     return list(result["every_run"])
 
 
-def in_node(result: Result) -> dict[str, Any]:
-    """The in-node all-reduce's bus bandwidth, from the calibration runs."""
-    return dict(result["in_node"])
-
-
 def section(result: Result | None, provenance: str, image: str | None) -> str:
     """The section's Markdown (without its heading)."""
     if result is None:
@@ -150,7 +145,7 @@ def _setup(result: Result) -> str:
 
 
 def _links(result: Result) -> str:
-    inside = in_node(result)
+    inside = result["in_node"]  # the calibration runs' bus bandwidth
     shaped = [link for link in result["links"] if link.get("ratio")]
     per = "; ".join(f"{ranks} ranks " + ", ".join(f"{_mbps(v)} at {mb} MB" for mb, v in sizes.items())
                     for ranks, sizes in inside["bytes_per_s"].items())

@@ -152,14 +152,20 @@ def span_cost_from_comm(comm: Mapping[int, float]) -> SpanCost:
     inside, cross = rising[1], rising[2]
     if not cross > inside:
         return SpanCost(comm_cross=cross, comm_in=inside)  # spanning costs nothing measurable
-    full: list[float] = []
-    for k in range(3, nodes[-1] + 1):
-        below = max(n for n in nodes if n <= k)
-        above = min(n for n in nodes if n >= k)
-        value = rising[below] if below == above else rising[below] + (rising[above] - rising[below]) * (
-            k - below) / (above - below)
-        full.append((value - inside) / (cross - inside))
+    full = [(interpolated(rising, k) - inside) / (cross - inside) for k in range(3, nodes[-1] + 1)]
     return SpanCost(comm_cross=cross, comm_in=inside, beyond_two=tuple(full) or (1.0,))
+
+
+def interpolated(profile: Mapping[int, float], k: int) -> float:
+    """A profile measured at some node counts, at k: linear between the two measured around it, the last
+    value past the last one (a ring crosses each node's link once per direction however many it spans)."""
+    nodes = sorted(profile)
+    if k >= nodes[-1]:
+        return profile[nodes[-1]]
+    below, above = max(n for n in nodes if n <= k), min(n for n in nodes if n >= k)
+    if below == above:
+        return profile[k]
+    return profile[below] + (profile[above] - profile[below]) * (k - below) / (above - below)
 
 
 def monotone(profile: tuple[float, ...]) -> tuple[float, ...]:

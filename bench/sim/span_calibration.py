@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from bench.sim import model
+
 Run = Mapping[str, Any]
 Cell = tuple[str, tuple[int, ...]]  # (link name, split)
 T = TypeVar("T")
@@ -183,17 +185,6 @@ class Fit:
     resamples: int
 
 
-def _at(profile: Mapping[int, float], k: int) -> float:
-    """A profile measured at some node counts, at k: interpolated between two measured, held past the last."""
-    nodes = sorted(profile)
-    if k >= nodes[-1]:
-        return profile[nodes[-1]]
-    below, above = max(n for n in nodes if n <= k), min(n for n in nodes if n >= k)
-    if below == above:
-        return profile[k]
-    return profile[below] + (profile[above] - profile[below]) * (k - below) / (above - below)
-
-
 def profile(cells: Mapping[Cell, Sequence[float]]) -> tuple[float, dict[int, float]]:
     """comm(1) and the slowdown of a one-node job on k nodes, from the comm shares of each cell's runs.
 
@@ -212,16 +203,14 @@ def profile(cells: Mapping[Cell, Sequence[float]]) -> tuple[float, dict[int, flo
         if 1 not in by_nodes or len(by_nodes) < 2:
             continue
         comm = {k: statistics.median(v) for k, v in sorted(by_nodes.items())}
-        top, held = 0.0, {}
-        for k, c in comm.items():
-            top = max(top, (1 + c) / (1 + comm[1]))
-            held[k] = top
+        slowdown = model.monotone(tuple((1 + c) / (1 + comm[1]) for c in comm.values()))
         ones.append(comm[1])
-        rising.append(held)
+        rising.append(dict(zip(comm, slowdown, strict=True)))
     if not rising:
         raise ValueError("no rank count has one-node runs and runs on 2+ nodes")
     nodes = sorted({k for held in rising for k in held})
-    return statistics.fmean(ones), {k: statistics.fmean(_at(held, k) for held in rising) for k in nodes}
+    return statistics.fmean(ones), {k: statistics.fmean(model.interpolated(held, k) for held in rising)
+                                    for k in nodes}
 
 
 def fit(runs: Sequence[Run], link: str, *, resamples: int = RESAMPLES, seed: int = SEED,
