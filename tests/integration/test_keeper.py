@@ -25,6 +25,7 @@ from distributetrain import naming
 from distributetrain.kube.gateway import Kube
 from distributetrain.kube.watch import Watched
 from distributetrain.manager.orchestrator import Orchestrator
+from distributetrain.request.jobspec import ManagerIdentity
 
 Factory = Callable[..., TestCluster]
 pytestmark = pytest.mark.timeout(180)
@@ -100,8 +101,10 @@ def _says(recorder: Recorder, words: str) -> bool:
     return words in recorder.text
 
 
-def start(cluster: TestCluster, **fields: object) -> tuple[Running, Recorder]:
-    orch, recorder = orchestrator(cluster, spec(**fields))
+def start(cluster: TestCluster, *, kube: Kube | None = None, owner: ManagerIdentity | None = None,
+          **fields: object) -> tuple[Running, Recorder]:
+    """The job `spec(**fields)` launched (as admin, or as `kube` with `owner`), once it is supervised."""
+    orch, recorder = orchestrator(cluster, spec(**fields), kube=kube, owner=owner)
     running = Running(cluster, orch)
     wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
     return running, recorder
@@ -275,6 +278,15 @@ ROOT = Path(__file__).resolve().parents[2]
 SA = "distributetrain-serviceaccount"
 
 
+def as_the_manager(cluster: TestCluster) -> tuple[Kube, ManagerIdentity]:
+    """rbac/ applied; the manager's ServiceAccount's client, and a pod standing for the manager (rbac/'s
+    admission policy admits no job pod without an owner)."""
+    assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
+    kube = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
+                           ca_path=str(cluster.ca_path))
+    return kube, manager_pod(Kube(cluster.api_client()))
+
+
 def apply_role_without(cluster: TestCluster, resource: str, verb: str) -> None:
     """rbac/'s namespaced Role applied again without `verb` on `resource` (a Role from before that grant)."""
     roles = yaml.safe_load_all((ROOT / "rbac" / "DistributeTrain_ClusterRole.yaml").read_text())
@@ -288,14 +300,8 @@ def apply_role_without(cluster: TestCluster, resource: str, verb: str) -> None:
 def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
         local_cluster_factory: Factory) -> None:
     cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
-    assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
-    as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
-                                 ca_path=str(cluster.ca_path))
-    # the manager's pod owns the job's pods: rbac/'s admission policy admits no job pod without an owner
-    owner = manager_pod(Kube(cluster.api_client()))
-    orch, recorder = orchestrator(cluster, spec(min_gpus="1"), kube=as_manager, owner=owner)
-    running = Running(cluster, orch)
-    wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
+    as_manager, owner = as_the_manager(cluster)
+    running, recorder = start(cluster, kube=as_manager, owner=owner, min_gpus="1")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
     wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement")
     # the Role's `patch` on pods and the admission policy let the manager annotate its chief
@@ -305,9 +311,7 @@ def test_keeping_a_job_needs_exactly_the_patch_of_configmaps_rbac_grants(
     assert "could not be annotated" not in recorder.text
 
     apply_role_without(cluster, "configmaps", "patch")
-    orch, recorder = orchestrator(cluster, spec(min_gpus="1", job_name="train"), kube=as_manager, owner=owner)
-    running = Running(cluster, orch)
-    wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
+    running, recorder = start(cluster, kube=as_manager, owner=owner, min_gpus="1", job_name="train")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
     assert running.join() == 72, recorder.text
     assert 'cannot patch resource "configmaps"' in str(running.error)
@@ -319,14 +323,9 @@ def test_without_patch_on_pods_a_job_is_kept_and_the_manager_says_once_what_it_c
     """A Role from before the annotation (no `patch` on pods): the chief's volume then takes each hostfile
     update at its kubelet's periodic sync, which costs time, not the job."""
     cluster = local_cluster_factory(nodes=[5, 3, 2], behaviors=[chief_behavior(exit_code=None)])
-    assert cluster.kubectl("apply", "-f", str(ROOT / "rbac")).returncode == 0
+    as_manager, owner = as_the_manager(cluster)
     apply_role_without(cluster, "pods", "patch")
-    as_manager = Kube.from_token(url=cluster.url, token=cluster.token_for("default", SA),
-                                 ca_path=str(cluster.ca_path))
-    owner = manager_pod(Kube(cluster.api_client()))
-    orch, recorder = orchestrator(cluster, spec(min_gpus="1"), kube=as_manager, owner=owner)
-    running = Running(cluster, orch)
-    wait_until(lambda: "supervising job train" in recorder.text, timeout=60, what="supervision")
+    running, recorder = start(cluster, kube=as_manager, owner=owner, min_gpus="1")
     Kube(cluster.api_client()).delete("pods", "default", "train-worker-0", grace_seconds=0)
     replacement = wait_until(lambda: ready(cluster, "train-worker-1"), timeout=30, what="the replacement")
     new_ip = replacement["status"]["podIP"]
