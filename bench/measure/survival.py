@@ -128,7 +128,7 @@ def elastic_start(delays: Sequence[float] = DELAYS,
         with cluster() as local:
             out = run(local.kubeconfig, 80, "--min-gpus", "1")
             try:
-                launched = out.wait_for(r"INFO starting: \S*horovodrun")[0]
+                launched = out.wait_for(r"INFO starting: .*horovodrun")[0]
                 if delay is None:
                     launched = out.wait_for(r"(?:^|:)epoch=3 ", launched)[0]
                     wait = 0.0

@@ -44,7 +44,7 @@ from reliability_support import (
 EPOCHS = 200
 MOMENTS = {
     # horovodrun launched: its ranks import TensorFlow and form the first ring
-    "start-up": r"INFO starting: \S*horovodrun",
+    "start-up": r"INFO starting: .*horovodrun",
     # a step of the third epoch or so is under way when the eviction lands
     "mid-training": r"^epoch=2 ",
 }

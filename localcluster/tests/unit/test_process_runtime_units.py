@@ -162,6 +162,33 @@ def test_entrypoint_resets_an_inherited_cmd(tmp_path: Path) -> None:
     assert registry.resolve("team/base").cmd == ("b",)
 
 
+def test_a_stage_named_earlier_is_inherited_as_a_multi_stage_build_does(tmp_path: Path) -> None:
+    # Docker: `FROM <stage>` starts from that stage's filesystem and config (ENV, USER, WORKDIR...), however
+    # many stages chain, the name picked by an ARG before the first FROM and matched case-insensitively;
+    # what a stage's RUN deleted stays deleted; a stage not on the chain contributes nothing
+    for name in ("a.txt", "tool.sh"):
+        (tmp_path / name).write_text(name)
+    text = """\
+ARG FLAVOUR=plain
+FROM debian AS Runtime
+ENV PATH=/opt/venv/bin:$PATH CHECKED=gloo
+COPY a.txt tool.sh /tmp/in/
+RUN useradd -u 2000 -m app && rm -rf /tmp/in/tool.sh
+USER app
+FROM debian AS fancy-extra
+ENV EXTRA=1
+FROM runtime AS flavour-plain
+FROM flavour-${FLAVOUR} AS final
+ENV OWN=1
+"""
+    config = parse_dockerfile(text, name="x", dockerfile=tmp_path / "Dockerfile", context=tmp_path)
+    env = dict(config.env)
+    assert env["CHECKED"] == "gloo" and env["OWN"] == "1" and "EXTRA" not in env
+    assert env["PATH"] == "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    assert [f.dest for f in config.files] == ["/tmp/in/a.txt"]
+    assert config.user == "app" and [u.name for u in config.users] == ["app"]
+
+
 def test_copy_of_a_missing_file_names_it(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY nothing.sh /x\n")
     registry = ImageMap((ImageMapping("team/app", tmp_path / "Dockerfile"),))

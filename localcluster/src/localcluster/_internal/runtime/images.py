@@ -11,8 +11,8 @@ wins) and says what the image is:
   RUN steps are not run: the environment the cluster runs in (the venv whose bin/ is first on every pod's
   PATH) holds what they install; only the accounts they create (`groupadd`, `useradd`: name, uid, gid, home,
   shell, password field) are kept, for the runtime to add to the container's /etc/passwd, /etc/group and
-  /etc/shadow (`account_files`) and to make the home directory. `FROM` another mapped image inherits that
-  image's files and settings.
+  /etc/shadow (`account_files`) and to make the home directory. `FROM` another mapped image, or a stage
+  named earlier in the same file, inherits its files and settings.
 - *the host's own files* (`host: true`): no files are added and the container's command runs against the
   host's filesystem, with the venv first on PATH (`busybox`, `python:3.11-slim`: their commands are the
   host's).
@@ -329,23 +329,30 @@ def _container_path(path: str, workdir: str) -> str:
 
 def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
                      parent: Callable[[str], ImageConfig | None] | None = None) -> ImageConfig:
-    """The last stage's files and defaults. `parent(ref)` resolves FROM images (None: an image the map does
-    not name, of which nothing is inherited); COPY --from (files of another stage or image) and ADD of a URL
-    are not emulated and ignored."""
+    """The last stage's files and defaults. `FROM` a stage named earlier in the file (`FROM runtime AS base`
+    after `... AS runtime`; names are case-insensitive, as Docker's) starts from that stage's files and
+    settings, as a multi-stage build does; `parent(ref)` resolves other FROM images (None: an image the map
+    does not name, of which nothing is inherited). COPY --from (files of another stage or image) and ADD of
+    a URL are not emulated and ignored."""
     config = ImageConfig(name=name, dockerfile=dockerfile)
     args: dict[str, str] = {}
     env: dict[str, str] = {}
     files: list[ImageFile] = []
     removed: list[str] = []  # paths a RUN deletes: build inputs such as /tmp/pkg, not part of the image
+    stages: dict[str, ImageConfig] = {}  # each named stage as it ended
+    stage = ""
     for instruction, arguments in logical_lines(text):
         scope = {**args, **env}
         if instruction == "ARG":
             key, _, default = arguments.partition("=")
             args.setdefault(key.strip(), default.strip().strip('"'))
         elif instruction == "FROM":
-            words = substitute(arguments, args).split()
-            words = [w for w in words if not w.startswith("--")]
-            base = parent(words[0]) if parent is not None and words else None
+            if stage:
+                stages[stage] = _without(config, removed)
+            words = [w for w in substitute(arguments, args).split() if not w.startswith("--")]
+            stage = words[2].lower() if len(words) >= 3 and words[1].lower() == "as" else ""
+            ref = words[0] if words else ""
+            base = stages.get(ref.lower()) or (parent(ref) if parent is not None and ref else None)
             config = ImageConfig(name=name, dockerfile=dockerfile, env=(("PATH", DEFAULT_PATH),)) \
                 if base is None or base.is_host_image else replace(base, name=name, dockerfile=dockerfile)
             env = dict(config.env)
@@ -387,6 +394,11 @@ def parse_dockerfile(text: str, *, name: str, dockerfile: Path, context: Path,
                 target = str(PurePosixPath(dest, src.name)) if into_dir and not src.is_dir() else dest
                 files.append(ImageFile(source=src, dest=target, mode=mode))
             config = replace(config, files=tuple(files))
+    return _without(config, removed)
+
+
+def _without(config: ImageConfig, removed: Sequence[str]) -> ImageConfig:
+    """`config` without the files a RUN of its stage deleted (`removed`: paths, and everything under them)."""
     kept = tuple(f for f in config.files
                  if not any(f.dest == r or f.dest.startswith(r + "/") for r in removed))
     return replace(config, files=kept)
