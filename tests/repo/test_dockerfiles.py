@@ -270,7 +270,8 @@ def test_the_image_the_pods_run_vouches_for_its_horovod_build() -> None:
     # pods run is built on it through the fabric variant, so the chief's launcher skips horovodrun's
     # per-launch build check (chief/horovodrun.py: ~1.5 s of every start-up). The local cluster reads the
     # Dockerfile as a build would (stages inherit), so this is also what its pods get.
-    image = ImageMap.load(REPO / "scripts" / "local-cluster-images.yaml").resolve("example.com/distributetrain/base:1")
+    images = ImageMap.load(REPO / "scripts" / "local-cluster-images.yaml")
+    image = images.resolve("example.com/distributetrain/base:1")
     assert dict(image.env)[naming.ENV_HOROVOD_BUILD_CHECKED] == "gloo"
     assert image.entrypoint == ("/usr/local/bin/distributetrain-entrypoint",)
 
