@@ -10,7 +10,8 @@ not because the cluster refreshes faster than a real one. In each job the worker
 grace FAULTS times (10 by default), each time once the job is whole and training again:
 
 - elastic (`--min-gpus 1`): from the loss to the manager noticing it (detect), to Horovod training again on
-  the chief's rank (resumed), to the replacement worker created and then Ready, and to Horovod back at 6
+  the chief's rank (resumed; on all 6 when the replacement was Ready before Horovod's reset formed its ring,
+  which `resumed_ranks` records), to the replacement worker created and then Ready, and to Horovod back at 6
   ranks (full size);
 - restart (`--restarts FAULTS`): the worker is deleted a quarter, a half, three quarters of the way through an
   epoch (timed from the arrival of the previous epoch's line); from the loss to detect, to the replacement
@@ -210,11 +211,14 @@ def elastic(faults: int = FAULTS, progress: Callable[[str], None] = print) -> di
                 lost = worker(local.kubeconfig)
                 at = lose(local.kubeconfig, lost)
                 detect = out.wait_for(rf"worker {lost} on \S+ \(.*\) lost", at)[0]
-                resumed = out.wait_for(r"training runs on 1 of 6 GPU", at)[0]
+                # Horovod's reset usually forms a ring of the chief's rank alone; when the replacement is
+                # Ready before that reset's ring forms, the ring is all 6 ranks at once
+                resumed, ring = out.wait_for(r"training runs on (\d+) of 6 GPU", at)
                 made = replacing(out, at)
                 ready = out.wait_for(r"Ready on .*added to the hostfile; the job holds 6 of 6", at)[0]
                 whole = out.wait_for(r"training runs on 6 of 6 GPU", ready)[0]
                 runs.append({"detect_s": detect - at, "resumed_s": resumed - at,
+                             "resumed_ranks": int(ring[1]),
                              "replacement_created_s": made["created_s"],
                              "no_room_looks": made["no_room_looks"],
                              "replacement_ready_s": ready - at, "full_size_s": whole - at})

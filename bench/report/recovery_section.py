@@ -34,6 +34,17 @@ def _looks(runs: Sequence[Mapping[str, Any]]) -> str:
                                                   if waited else "")
 
 
+def _whole_rings(runs: Sequence[Mapping[str, Any]]) -> str:
+    """How many faults' first ring after the loss was already whole (the replacement Ready before Horovod's
+    reset formed it): there the job never trained on the chief's rank alone."""
+    counted = [r["resumed_ranks"] for r in runs if "resumed_ranks" in r]
+    if not counted:
+        return "Faults whose first ring after the loss already held the replacement: not recorded."
+    whole = sum(1 for n in counted if n == 6)
+    return (f"Faults whose first ring after the loss already held the replacement (Ready before Horovod's "
+            f"reset formed its ring, so the job went from 6 ranks to 6): {whole} of {len(counted)}.")
+
+
 def section(result: Mapping[str, Any] | None, provenance: str) -> str:
     """The section of docs/benchmarks.md."""
     if not isinstance(result, Mapping) or "elastic" not in result:
@@ -72,10 +83,13 @@ def section(result: Mapping[str, Any] | None, provenance: str) -> str:
         "",
         table(["from the worker's loss to", "seconds"], [
             row("the manager noticing it", elastic, "detect_s", 2),
-            row("training again (on 1 of 6 GPUs)", elastic, "resumed_s"),
+            row("training again (on 1 of 6 GPUs; on 6 if the replacement was in the reset's ring)", elastic,
+                "resumed_s"),
             row("the replacement worker created", elastic, "replacement_created_s"),
             row("the replacement worker Ready", elastic, "replacement_ready_s"),
             row("training at full size again (6 of 6)", elastic, "full_size_s")]), "",
+        _whole_rings(elastic),
+        "",
         f"Restart (`--restarts {result['faults']}`): the training stops, the manager replaces the worker, "
         "the "
         "chief's launcher relaunches it from rank 0's last checkpoint (every epoch). Workers lost "
