@@ -65,6 +65,10 @@ def test_manager_manifest_trains_for_real(manifests_cluster: TestCluster) -> Non
     assert re.search(r"ssh trainer@10\.\d+\.\d+\.\d+:2222 accepts the job key", log), log[-4000:]
     # rank 0's, for bench/measure/demo_phases.py
     assert len(re.findall(r"first_step_unix=\d+\.\d+", log)) == 1
+    # the image vouches for its Horovod build (its runtime stage's DT_HOROVOD_BUILD_CHECKED reached the
+    # chief): horovodrun ran without its per-launch build check, a TensorFlow import less in every start
+    assert re.search(r"INFO starting: \S*python3? -m distributetrain\.chief\.horovodrun -np 6 ", log), \
+        log[-4000:]
 
     # The chief ran on the 2-GPU node with 1 GPU, is kept Completed, and its log reads with kubectl.
     chief = pod_json(cluster, f"{JOB}-chief")
