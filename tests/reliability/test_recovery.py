@@ -62,9 +62,10 @@ def _lose_and_regrow(manager: ManagerThread, fault_at: float, lost: str) -> dict
     detected = said_after(manager, rf"worker {lost} on \S+ \(.*\) lost", fault_at, 60)
     # Horovod's reset forms a ring of the chief's rank alone, or of all 6 when the replacement was Ready
     # before that ring formed
-    resumed = said_after(manager, r"training runs on [16] of 6 GPU\(s\)", fault_at, 120)
+    first_ring = r"training runs on ([16]) of 6 GPU\(s\)"
+    resumed = said_after(manager, first_ring, fault_at, 120)
     ring = next(int(m[1]) for t, line in manager.recorder.lines
-                if t >= fault_at and (m := re.search(r"training runs on (\d+) of 6 GPU", line)))
+                if t >= fault_at and (m := re.search(first_ring, line)))
     joined = said_after(manager, r"worker train-worker-\d+ Ready on .*added to the hostfile; the job holds "
                                  r"6 of 6", fault_at, 120)
     full = said_after(manager, r"training runs on 6 of 6 GPU\(s\)", joined, 300)
